@@ -1,0 +1,115 @@
+"""``stage astrasim DIR``: configs, run (or print how to run), parse, report.
+
+:func:`run_astrasim` is the whole command as a plain function; :func:`configure` and
+:func:`run` adapt it to the core CLI's argparse (CommandSpec).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Mapping, TextIO
+
+from . import files, parser, report, runner
+from .configs import MEMORY_FILE, NETWORK_FILE, SYSTEM_FILE, build_configs
+from .presets import DEFAULT_PRESET, preset_names
+from .traceset import open_trace_set
+
+OUT_DIR = "astrasim"
+RESULTS_FILE = "results.json"
+
+HELP = "run a trace set through the ASTRA-sim analytical simulator and report per-rank times"
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    """Add the command's arguments to its subparser."""
+    p.add_argument("dir", metavar="DIR", help="trace set written by `stage generate`")
+    p.add_argument("--astra-sim", dest="astra_sim", metavar="BIN", default=None,
+                   help=f"ASTRA-sim analytical binary (default: ${runner.ENV_VAR}; "
+                        "without one, print the command to run)")
+    p.add_argument("--system", metavar="PRESET|FILE", default=DEFAULT_PRESET,
+                   help=f"hardware preset ({', '.join(preset_names())}; default "
+                        f"{DEFAULT_PRESET}) or your own system.json")
+    p.add_argument("--network", metavar="FILE", default=None,
+                   help="your own analytical network .yml (default: from the preset)")
+    p.add_argument("--json", action="store_true",
+                   help="print results.json instead of the table")
+
+
+def run(args: argparse.Namespace) -> int:
+    """CommandSpec.run: UsageError propagates to the CLI (exit 2)."""
+    return run_astrasim(args.dir, astra_sim=args.astra_sim, system=args.system,
+                        network=args.network, as_json=args.json)
+
+
+def run_astrasim(trace_dir: str | Path, *, astra_sim: str | None = None,
+                 system: str | None = DEFAULT_PRESET, network: str | None = None,
+                 as_json: bool = False, out: TextIO | None = None,
+                 err: TextIO | None = None,
+                 env: Mapping[str, str] | None = None) -> int:
+    """The command.  Returns 0, or 1 when ranks deadlocked or the simulator failed.
+
+    Raises :class:`stage_core.errors.UsageError` for a bad DIR, preset, file, world
+    size or binary.
+    """
+    out = out or sys.stdout
+    err = err or sys.stderr
+    env = os.environ if env is None else env
+
+    traces = open_trace_set(trace_dir)
+    configs = build_configs(traces.world_size, system, network)
+    binary = runner.find_binary(astra_sim, env)  # fail on a bad binary before writing
+
+    work = traces.root / OUT_DIR
+    files.write_folder(work, {SYSTEM_FILE: configs.system_text,
+                              NETWORK_FILE: configs.network_text,
+                              MEMORY_FILE: configs.memory_text})
+    paths = runner.SimPaths(workload=traces.workload_prefix, comm_groups=traces.comm_groups,
+                            system=work / SYSTEM_FILE, network=work / NETWORK_FILE,
+                            memory=work / MEMORY_FILE)
+    meta = {"trace_dir": str(traces.root), "system": configs.system_source,
+            "network": configs.network_source}
+
+    if binary is None:
+        return _print_command(paths, work, meta, as_json, out)
+
+    print(f"running {binary} on {traces.world_size} ranks "
+          f"(system {configs.system_source}, network {configs.network_source})", file=err)
+    outcome = runner.run(binary, paths, work)
+    with open(outcome.stdout_path, errors="replace") as handle:
+        ranks = parser.parse_lines(handle)
+    meta = {**meta, "astra_sim": str(binary), "returncode": outcome.returncode}
+    results = report.build_results(ranks, traces.world_size, meta)
+    files.write_file(work / RESULTS_FILE, json.dumps(results, indent=2) + "\n")
+
+    if as_json:
+        out.write(json.dumps(results, indent=2) + "\n")
+    else:
+        out.write(report.format_table(ranks, traces.world_size) + "\n")
+        out.write(report.format_summary(results) + "\n")
+        out.write(f"results: {work / RESULTS_FILE}\n")
+
+    if outcome.returncode != 0:
+        print(f"error: ASTRA-sim exited with status {outcome.returncode}; see "
+              f"{outcome.stderr_path} and {outcome.stdout_path}", file=err)
+        return 1
+    return 1 if results["summary"]["deadlock"] else 0
+
+
+def _print_command(paths: runner.SimPaths, work: Path, meta: dict, as_json: bool,
+                   out: TextIO) -> int:
+    line = runner.command_line(paths)
+    if as_json:
+        payload = {**meta, "configs": str(work), "command": line,
+                   "argv": runner.argv(runner.PLACEHOLDER, paths)}
+        out.write(json.dumps(payload, indent=2) + "\n")
+        return 0
+    out.write(f"ASTRA-sim configs written to {work}\n"
+              f"No simulator given (--astra-sim BIN or ${runner.ENV_VAR}). Run:\n\n"
+              f"{line}\n\n"
+              f"(the binary is {runner.CONVENTIONAL_PATH} in an astra-sim build; "
+              f"then pass it with --astra-sim to parse the results)\n")
+    return 0

@@ -1,0 +1,152 @@
+"""Build the three ASTRA-sim configs for a world size, from a preset or the user's files.
+
+Shapes follow the ASTRA-sim run in the STAGE samples (astra-sim's
+``examples/system/native_collectives/HGX-H100-validated.json``, ``examples/network/
+analytical/HGX-H100-validated.yml``, ``examples/remote_memory/analytical/
+no_memory_expansion.json``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from math import prod
+from pathlib import Path
+
+from stage_core.errors import UsageError
+
+from . import netyml
+from .presets import DEFAULT_PRESET, PRESETS, HardwarePreset, preset_names
+
+SYSTEM_FILE = "system.json"
+NETWORK_FILE = "network.yml"
+MEMORY_FILE = "memory.json"
+
+MEMORY = {"memory-type": "NO_MEMORY_EXPANSION"}
+
+
+@dataclass(frozen=True)
+class Configs:
+    """The text of each config file and where each came from (for the report)."""
+
+    system_text: str
+    network_text: str
+    memory_text: str
+    system_source: str  # "preset h100" or "file /abs/path"
+    network_source: str
+
+
+def system_config(preset: HardwarePreset, dims: int) -> dict:
+    """system.json for ``preset`` on a network of ``dims`` dimensions."""
+    per_dim = ["ring"] * dims  # one collective implementation per network dimension
+    return {
+        "scheduling-policy": "LIFO",
+        "endpoint-delay": 10,
+        "active-chunks-per-dimension": 1,
+        "preferred-dataset-splits": 4,
+        "all-reduce-implementation": per_dim,
+        "all-gather-implementation": list(per_dim),
+        "reduce-scatter-implementation": list(per_dim),
+        "all-to-all-implementation": list(per_dim),
+        "collective-optimization": "localBWAware",
+        "local-mem-bw": preset.hbm_gbps,  # GB/s
+        "boost-mode": 0,
+        "roofline-enabled": 1,
+        "peak-perf": preset.peak_tflops,  # TFLOPS, dense BF16
+    }
+
+
+def network_dims(preset: HardwarePreset, world: int) -> netyml.NetworkDims:
+    """Switch (NVLink) inside a node; a second Switch (IB) across nodes when world > node."""
+    node = preset.gpus_per_node
+    up, out = preset.scale_up, preset.scale_out
+    if world < 2:
+        raise UsageError(f"world size {world} is too small: ASTRA-sim's analytical "
+                         "network needs at least 2 NPUs")
+    if world <= node:
+        return netyml.NetworkDims(("Switch",), (world,), (up.bandwidth,), (up.latency_ns,))
+    if world % node:
+        raise UsageError(f"world size {world} does not fit preset {preset.name}: more "
+                         f"than one node needs a multiple of {node} GPUs per node")
+    return netyml.NetworkDims(("Switch", "Switch"), (node, world // node),
+                              (up.bandwidth, out.bandwidth),
+                              (up.latency_ns, out.latency_ns))
+
+
+def _looks_like_path(value: str) -> bool:
+    return "/" in value or "\\" in value or "." in value
+
+
+def resolve_preset(value: str) -> HardwarePreset | None:
+    """The preset named ``value`` or None when ``value`` names an existing file."""
+    key = value.strip().lower()
+    if key in PRESETS:
+        return PRESETS[key]
+    if Path(value).expanduser().is_file():
+        return None
+    valid = ", ".join(preset_names())
+    if _looks_like_path(value):
+        raise UsageError(f"--system file {value} not found (or give a preset: {valid})")
+    raise UsageError(f"unknown --system preset {value!r}: valid presets are {valid}, "
+                     "or a system.json file")
+
+
+def _read_user_file(value: str, flag: str) -> tuple[Path, str]:
+    path = Path(value).expanduser()
+    if not path.is_file():
+        raise UsageError(f"{flag} file {value} not found")
+    return path.resolve(), path.read_text()
+
+
+def _check_user_system(path: Path, text: str) -> None:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--system file {path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"--system file {path} must hold a JSON object")
+
+
+def _check_user_network(path: Path, text: str, world: int) -> None:
+    npus = netyml.read_flow_lists(text).get("npus_count")
+    if npus and all(isinstance(n, int) for n in npus) and prod(npus) != world:
+        raise UsageError(f"--network file {path}: npus_count {npus} makes {prod(npus)} "
+                         f"NPUs but the trace set has world_size {world}")
+
+
+def build_configs(world: int, system: str | None = None,
+                  network: str | None = None) -> Configs:
+    """The configs for a world of ``world`` ranks.
+
+    ``system`` is a preset name or a system.json path (default: the h100 preset);
+    ``network`` a network yml path.  Without ``network`` the network comes from the
+    system preset, or from the default preset when ``system`` is a file.
+    """
+    system = system or DEFAULT_PRESET
+    preset = resolve_preset(system)
+    net_preset = preset or PRESETS[DEFAULT_PRESET]
+
+    if network is not None:
+        net_path, network_text = _read_user_file(network, "--network")
+        _check_user_network(net_path, network_text, world)
+        network_source = f"file {net_path}"
+        dims_count = len(netyml.read_flow_lists(network_text).get("topology", [])) or 1
+    else:
+        dims = network_dims(net_preset, world)
+        header = (f"ASTRA-sim analytical network written by stage-adapter-astrasim\n"
+                  f"preset {net_preset.name}: {net_preset.description}\n"
+                  f"world size {world}")
+        network_text = netyml.render(dims, header)
+        network_source = f"preset {net_preset.name}"
+        dims_count = len(dims.topology)
+
+    if preset is None:
+        sys_path, system_text = _read_user_file(system, "--system")
+        _check_user_system(sys_path, system_text)
+        system_source = f"file {sys_path}"
+    else:
+        system_text = json.dumps(system_config(preset, dims_count), indent=4) + "\n"
+        system_source = f"preset {preset.name}"
+
+    return Configs(system_text, network_text, json.dumps(MEMORY) + "\n",
+                   system_source, network_source)

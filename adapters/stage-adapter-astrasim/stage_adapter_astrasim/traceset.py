@@ -1,0 +1,61 @@
+"""Checks that a directory is a STAGE trace set ASTRA-sim can run, and reads its size."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from stage_core.errors import UsageError
+
+TRACE_PREFIX = "trace"
+COMM_GROUPS = "comm_groups.json"
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class TraceSet:
+    """The paths of a trace set and its world size."""
+
+    root: Path
+    world_size: int
+
+    @property
+    def workload_prefix(self) -> Path:
+        """What ``--workload-configuration`` takes: files are ``<prefix>.<rank>.et``."""
+        return self.root / TRACE_PREFIX
+
+    @property
+    def comm_groups(self) -> Path:
+        return self.root / COMM_GROUPS
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path} is not valid JSON: {exc}") from None
+
+
+def open_trace_set(directory: str | Path) -> TraceSet:
+    """Resolve ``directory`` and check manifest, comm groups and one trace per rank."""
+    root = Path(directory).expanduser().resolve()
+    if not root.is_dir():
+        raise UsageError(f"trace directory {directory} does not exist: give a folder "
+                         "written by `stage generate`")
+    manifest_path = root / MANIFEST
+    if not manifest_path.is_file():
+        raise UsageError(f"{manifest_path} is missing: {directory} is not a STAGE trace set")
+    manifest = _read_json(manifest_path)
+    world = manifest.get("world_size") if isinstance(manifest, dict) else None
+    if not isinstance(world, int) or isinstance(world, bool) or world < 1:
+        raise UsageError(f"{manifest_path}: world_size {world!r} is not a positive integer")
+    if not (root / COMM_GROUPS).is_file():
+        raise UsageError(f"{root / COMM_GROUPS} is missing: ASTRA-sim needs the "
+                         "process groups the traces name")
+    missing = [r for r in range(world) if not (root / f"{TRACE_PREFIX}.{r}.et").is_file()]
+    if missing:
+        shown = ", ".join(f"{TRACE_PREFIX}.{r}.et" for r in missing[:3])
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        raise UsageError(f"{root}: {shown}{more} missing for world_size {world}")
+    return TraceSet(root=root, world_size=world)

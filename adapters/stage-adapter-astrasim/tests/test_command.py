@@ -1,0 +1,179 @@
+"""The command end to end: no-binary mode, a fake simulator, errors, the plugin hook."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import re
+
+import pluggy
+import pytest
+from stage_core import hookspecs
+from stage_core.errors import UsageError
+
+from stage_adapter_astrasim import plugin
+from stage_adapter_astrasim.command import configure, run, run_astrasim
+
+FLAGS = ("--workload-configuration=", "--comm-group-configuration=",
+         "--system-configuration=", "--network-configuration=",
+         "--remote-memory-configuration=")
+
+
+def _run(trace_dir, **kw):
+    out, err = io.StringIO(), io.StringIO()
+    kw.setdefault("env", {})
+    status = run_astrasim(trace_dir, out=out, err=err, **kw)
+    return status, out.getvalue(), err.getvalue()
+
+
+def test_without_a_binary_prints_the_command(make_trace_set):
+    root = make_trace_set(8)
+    status, out, _ = _run(root)
+    assert status == 0
+    for flag in FLAGS:
+        assert flag in out
+    work = root / "astrasim"
+    assert f"--workload-configuration={root / 'trace'}" in out
+    assert f"--comm-group-configuration={root / 'comm_groups.json'}" in out
+    assert f"--system-configuration={work / 'system.json'}" in out
+    assert f"--network-configuration={work / 'network.yml'}" in out
+    assert f"--remote-memory-configuration={work / 'memory.json'}" in out
+    assert "<ASTRA-sim analytical binary>" in out
+    assert sorted(p.name for p in work.iterdir()) == ["memory.json", "network.yml",
+                                                      "system.json"]
+
+
+def test_without_a_binary_json(make_trace_set):
+    root = make_trace_set(8)
+    status, out, _ = _run(root, as_json=True)
+    payload = json.loads(out)
+    assert status == 0
+    assert payload["argv"][1] == f"--workload-configuration={root / 'trace'}"
+    assert all(any(a.startswith(f) for a in payload["argv"]) for f in FLAGS)
+
+
+def test_configs_are_replaced_atomically(make_trace_set):
+    root = make_trace_set(16)
+    (root / "astrasim").mkdir()
+    (root / "astrasim" / "results.json").write_text("stale")
+    _run(root, system="a100")
+    assert not (root / "astrasim" / "results.json").exists()
+    assert "npus_count: [ 8, 2 ]" in (root / "astrasim" / "network.yml").read_text()
+    assert [p.name for p in root.iterdir() if p.name.startswith(".")] == []
+
+
+def test_fake_simulator_end_to_end(make_trace_set, fake_simulator, sample_stdout):
+    root = make_trace_set(8)
+    binary = fake_simulator(sample_stdout)
+    status, out, err = _run(root, astra_sim=str(binary))
+    assert status == 0, err
+    work = root / "astrasim"
+    assert (work / "stdout.txt").read_text() == sample_stdout
+    argv = json.loads((work / "argv.json").read_text())  # the simulator ran in work/
+    assert argv[1:] == [f"--workload-configuration={root / 'trace'}",
+                        f"--comm-group-configuration={root / 'comm_groups.json'}",
+                        f"--system-configuration={work / 'system.json'}",
+                        f"--network-configuration={work / 'network.yml'}",
+                        f"--remote-memory-configuration={work / 'memory.json'}"]
+    results = json.loads((work / "results.json").read_text())
+    assert results["summary"]["max_finish_time_ns"] == 207_616_180
+    assert results["summary"]["deadlocked_ranks"] == []
+    by_rank = {row["rank"]: row for row in results["ranks"]}
+    assert [by_rank[r]["finish_time_ns"] for r in range(8)] == [207_616_180] * 4 + [
+        138_672_922] * 4
+    assert by_rank[4]["comm_time_ns"] == 46_888_219
+    assert re.search(r"^0-3\s+207\.616", out, re.M)
+    assert re.search(r"^4-7\s+138\.673", out, re.M)
+
+
+def test_binary_from_the_environment(make_trace_set, fake_simulator, sample_stdout):
+    root = make_trace_set(8)
+    binary = fake_simulator(sample_stdout)
+    status, out, _ = _run(root, env={"ASTRA_SIM_BIN": str(binary)}, as_json=True)
+    assert status == 0
+    assert json.loads(out) == json.loads((root / "astrasim" / "results.json").read_text())
+
+
+def test_deadlock_exits_1_and_names_the_ranks(make_trace_set, fake_simulator,
+                                              sample_stdout):
+    root = make_trace_set(8)
+    cut = "\n".join(l for l in sample_stdout.splitlines()
+                    if not re.search(r"sys\[[67]\] finished", l))
+    status, out, _ = _run(root, astra_sim=str(fake_simulator(cut)))
+    assert status == 1
+    assert "DEADLOCK: ranks 6-7 never finished" in out
+    results = json.loads((root / "astrasim" / "results.json").read_text())
+    assert results["summary"]["deadlocked_ranks"] == [6, 7]
+
+
+def test_simulator_failure_exits_1(make_trace_set, fake_simulator):
+    root = make_trace_set(8)
+    status, _, err = _run(root, astra_sim=str(fake_simulator("", returncode=3)))
+    assert status == 1
+    assert "exited with status 3" in err
+    assert (root / "astrasim" / "stderr.txt").read_text() == "fake stderr\n"
+
+
+def test_bad_binary_is_a_usage_error(make_trace_set, tmp_path):
+    root = make_trace_set(8)
+    with pytest.raises(UsageError, match=r"--astra-sim .*no-such-sim not found"):
+        _run(root, astra_sim=str(tmp_path / "no-such-sim"))
+    with pytest.raises(UsageError, match=r"\$ASTRA_SIM_BIN .*nowhere"):
+        _run(root, env={"ASTRA_SIM_BIN": str(tmp_path / "nowhere")})
+    assert not (root / "astrasim").exists()  # nothing written before the check
+
+
+def test_bad_preset_through_the_command(make_trace_set):
+    with pytest.raises(UsageError, match="'tpu'"):
+        _run(make_trace_set(8), system="tpu")
+
+
+def test_not_a_trace_set(tmp_path):
+    with pytest.raises(UsageError, match="manifest.json"):
+        _run(tmp_path)
+    with pytest.raises(UsageError, match="does not exist"):
+        _run(tmp_path / "missing")
+
+
+def test_missing_traces_are_named(make_trace_set):
+    root = make_trace_set(8)
+    os.unlink(root / "trace.3.et")
+    with pytest.raises(UsageError, match=r"trace\.3\.et missing for world_size 8"):
+        _run(root)
+
+
+def test_missing_comm_groups(make_trace_set):
+    root = make_trace_set(8)
+    os.unlink(root / "comm_groups.json")
+    with pytest.raises(UsageError, match="comm_groups.json"):
+        _run(root)
+
+
+def test_world_size_that_does_not_fit(make_trace_set):
+    with pytest.raises(UsageError, match="world size 12"):
+        _run(make_trace_set(12))
+
+
+def test_argparse_and_run(make_trace_set, fake_simulator, sample_stdout, capsys):
+    root = make_trace_set(8)
+    p = argparse.ArgumentParser()
+    configure(p)
+    args = p.parse_args([str(root), "--astra-sim", str(fake_simulator(sample_stdout)),
+                         "--system", "a100", "--json"])
+    assert run(args) == 0
+    results = json.loads(capsys.readouterr().out)
+    assert results["system"] == "preset a100"
+    defaults = p.parse_args([str(root)])
+    assert (defaults.system, defaults.network, defaults.astra_sim, defaults.json) == (
+        "h100", None, None, False)
+
+
+def test_plugin_registers_the_command():
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    pm.register(plugin)
+    specs = [s for batch in pm.hook.stage_commands() for s in batch]
+    assert [s.name for s in specs] == ["astrasim"]
+    assert specs[0].run is run and specs[0].configure is configure

@@ -1,0 +1,64 @@
+"""Decode ``chakra-json`` files back into STAGE's records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format
+from stage_core.trace import TraceNode, TraceSet
+
+from . import schema, traceset
+from .convert import metadata, trace_node
+from .errors import ChakraReadError
+from .jsontrace import FORMAT_ID
+
+
+def _document(text: str, where: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ChakraReadError(f"{where}: not JSON ({exc})") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list):
+        raise ChakraReadError(f'{where}: expected {{"metadata": ..., "nodes": [...]}}')
+    return doc
+
+
+def _parse(obj: Any, message, where: str):
+    try:
+        return json_format.ParseDict(obj, message)
+    except json_format.ParseError as exc:
+        raise ChakraReadError(f"{where}: {exc}") from exc
+
+
+def decode_json(text: str, where: str = "trace") -> tuple[dict[str, Any], list[TraceNode]]:
+    """``(metadata, nodes)`` of one ``chakra-json`` document."""
+    doc = _document(text, where)
+    meta = _parse(doc.get("metadata", {}), schema.GlobalMetadata(), f"{where}: metadata")
+    nodes = []
+    for i, obj in enumerate(doc["nodes"]):
+        nodes.append(trace_node(_parse(obj, schema.Node(), f"{where}: node #{i}")))
+    return metadata(meta), nodes
+
+
+def read_json_file(path: Path) -> tuple[dict[str, Any], list[TraceNode]]:
+    """``(metadata, nodes)`` of the ``chakra-json`` file at ``path``."""
+    return decode_json(Path(path).read_text("utf-8"), str(path))
+
+
+def read_json_header(path: Path) -> dict[str, Any]:
+    """Only the metadata of the ``chakra-json`` file at ``path``."""
+    doc = _document(Path(path).read_text("utf-8"), str(path))
+    return metadata(_parse(doc.get("metadata", {}), schema.GlobalMetadata(), str(path)))
+
+
+def read(directory: Path) -> TraceSet:
+    """The ``chakra-json`` backend's reader: a directory of ``<prefix>.<rank>.json`` files."""
+    return traceset.open_set(Path(directory), "json", read_json_file, read_json_header,
+                             FORMAT_ID)
+
+
+def detect(directory: Path) -> bool:
+    """Whether ``directory`` holds ``chakra-json`` files."""
+    return traceset.detect(Path(directory), "json")

@@ -1,0 +1,56 @@
+"""Chakra ET message classes, built at import time from ``et_def.proto``.
+
+The schema is parsed by :mod:`.protoparse`, added to a private descriptor pool
+(so it never clashes with another copy of ``et_def.proto`` in protobuf's default
+pool, e.g. the chakra package's) and turned into classes by the installed
+protobuf runtime.  Works on protobuf 4.21 and newer without warnings.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from google.protobuf import descriptor_pool, message_factory
+
+from . import protoparse
+
+PACKAGE = "ChakraProtoMsg"
+#: the ``version`` STAGE writes into every trace's GlobalMetadata
+ET_VERSION = "0.0.4"
+
+
+def _load_pool() -> descriptor_pool.DescriptorPool:
+    text = resources.files(__package__).joinpath("et_def.proto").read_text("utf-8")
+    fdp = protoparse.parse(text, "stage_adapter_chakra/et_def.proto")
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(fdp.SerializeToString())
+    return pool
+
+
+def _message_class(descriptor):
+    get_class = getattr(message_factory, "GetMessageClass", None)
+    if get_class is not None:  # protobuf >= 4.22
+        return get_class(descriptor)
+    return message_factory.MessageFactory(descriptor.file.pool).GetPrototype(descriptor)
+
+
+POOL = _load_pool()
+
+
+def message(name: str):
+    """The message class ``ChakraProtoMsg.<name>``."""
+    return _message_class(POOL.FindMessageTypeByName(f"{PACKAGE}.{name}"))
+
+
+def enum_names(name: str) -> dict[int, str]:
+    """Number -> name of the values of enum ``ChakraProtoMsg.<name>``."""
+    enum = POOL.FindEnumTypeByName(f"{PACKAGE}.{name}")
+    return {v.number: v.name for v in enum.values}
+
+
+GlobalMetadata = message("GlobalMetadata")
+Node = message("Node")
+AttributeProto = message("AttributeProto")
+
+NODE_TYPE_NAMES = enum_names("NodeType")
+COMM_TYPE_NAMES = enum_names("CollectiveCommType")

@@ -1,0 +1,93 @@
+"""Open a directory of per-rank trace files as a :class:`~stage_core.trace.TraceSet`.
+
+Files are ``<prefix>.<rank>.<suffix>`` (STAGE writes the prefix ``trace``;
+other generators use their own, e.g. ``all_reduce``).  A directory must hold one
+prefix (or ``trace`` among several) and ranks 0..N-1 with none missing; the world
+size is N.  ``comm_groups.json`` beside them, when present, gives the groups.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from stage_core.trace import TraceNode, TraceSet
+
+from .errors import ChakraReadError
+from .writer import PREFIX
+
+_RANK_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>0|[1-9][0-9]*)\.(?P<suffix>[A-Za-z]+)$")
+
+Decoder = Callable[[Path], tuple[dict[str, Any], list[TraceNode]]]
+
+
+def _scan(directory: Path, suffix: str) -> dict[str, dict[int, Path]]:
+    found: dict[str, dict[int, Path]] = {}
+    if not directory.is_dir():
+        return found
+    for path in directory.iterdir():
+        m = _RANK_FILE.match(path.name)
+        if m and m["suffix"] == suffix and path.is_file():
+            found.setdefault(m["prefix"], {})[int(m["rank"])] = path
+    return found
+
+
+def detect(directory: Path, suffix: str) -> bool:
+    """Whether ``directory`` holds ``<prefix>.<rank>.<suffix>`` files."""
+    return bool(_scan(Path(directory), suffix))
+
+
+def rank_files(directory: Path, suffix: str) -> tuple[str, list[Path]]:
+    """``(prefix, files in rank order)``; ranks must be 0..N-1."""
+    found = _scan(Path(directory), suffix)
+    if not found:
+        raise ChakraReadError(f"{directory}: no <prefix>.<rank>.{suffix} files")
+    if len(found) > 1:
+        if PREFIX not in found:
+            raise ChakraReadError(
+                f"{directory}: several trace prefixes {sorted(found)}; expected one")
+        found = {PREFIX: found[PREFIX]}
+    (prefix, by_rank), = found.items()
+    missing = sorted(set(range(max(by_rank) + 1)) - set(by_rank))
+    if missing:
+        raise ChakraReadError(
+            f"{directory}: {prefix}.<rank>.{suffix} missing for rank(s) {missing[:8]}")
+    return prefix, [by_rank[r] for r in range(len(by_rank))]
+
+
+def comm_groups(directory: Path) -> dict[str, list[int]]:
+    """The ``comm_groups.json`` beside the traces, or ``{}`` when there is none."""
+    path = Path(directory) / "comm_groups.json"
+    if not path.exists():
+        return {}
+    try:
+        groups = json.loads(path.read_text("utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ChakraReadError(f"{path}: not JSON ({exc})") from exc
+    if not isinstance(groups, dict):
+        raise ChakraReadError(f"{path}: expected an object of pg_name -> [ranks]")
+    return {str(k): list(v) for k, v in groups.items()}
+
+
+def open_set(directory: Path, suffix: str, decode: Decoder,
+             read_header: Callable[[Path], dict[str, Any]], format_id: str) -> TraceSet:
+    """A lazily read trace set; ``iter_ranks`` decodes one file at a time."""
+    directory = Path(directory)
+    prefix, files = rank_files(directory, suffix)
+    header = read_header(files[0])
+
+    def iter_ranks() -> Iterator[tuple[int, list[TraceNode]]]:
+        for rank, path in enumerate(files):
+            meta, nodes = decode(path)
+            if not meta["version"]:
+                raise ChakraReadError(f"{path}: GlobalMetadata has no version")
+            yield rank, nodes
+
+    return TraceSet(
+        world_size=len(files),
+        comm_groups=comm_groups(directory),
+        iter_ranks=iter_ranks,
+        metadata={"format": format_id, "prefix": prefix, "version": header["version"]},
+    )

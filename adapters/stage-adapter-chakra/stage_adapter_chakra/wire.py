@@ -1,0 +1,181 @@
+"""Hand-rolled protobuf wire format for the Chakra Node subset STAGE writes.
+
+The output is byte-identical to protobuf's ``SerializeToString`` of the same
+message (fields in number order, proto3 defaults omitted, packed repeated
+varints, oneof members written even when zero); the tests check this against
+the runtime.  Also here: the varint length framing of a trace file, both ways.
+
+Field numbers (``et_def.proto``): Node id 1, name 2, type 3, ctrl_deps 4,
+data_deps 5, attr 10; GlobalMetadata version 1; AttributeProto name 1 and the
+value oneof (int32_val 7, int64_val 9, uint64_val 13, bool_val 27,
+string_val 29).
+"""
+
+from __future__ import annotations
+
+from operator import index
+from typing import Any, Iterable, Iterator
+
+MASK64 = (1 << 64) - 1
+_BYTE = [bytes((i,)) for i in range(128)]
+
+
+def varint(value: int) -> bytes:
+    """Base-128 varint of ``0 <= value < 2**64``."""
+    if 0 <= value < 128:
+        return _BYTE[value]
+    if value < 0 or value > MASK64:
+        raise ValueError(f"varint out of range: {value}")
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _key(field: int, wire_type: int) -> bytes:
+    return varint(field << 3 | wire_type)
+
+
+def _len_field(field_key: bytes, payload: bytes) -> bytes:
+    return field_key + varint(len(payload)) + payload
+
+
+# ---------------------------------------------------------------- scalar values
+
+
+def _int64(value: Any) -> bytes:
+    v = index(value)
+    if not -(1 << 63) <= v < (1 << 63):
+        raise ValueError(f"int64 out of range: {v}")
+    return varint(v & MASK64)
+
+
+def _uint64(value: Any) -> bytes:
+    v = index(value)
+    if not 0 <= v <= MASK64:
+        raise ValueError(f"uint64 out of range: {v}")
+    return varint(v)
+
+
+def _int32(value: Any) -> bytes:
+    v = index(value)
+    if not -(1 << 31) <= v < (1 << 31):
+        raise ValueError(f"int32 out of range: {v}")
+    return varint(v & MASK64)  # negative int32 is sign-extended to 10 bytes
+
+
+def _bool(value: Any) -> bytes:
+    if not isinstance(value, (bool, int)):
+        raise TypeError(f"bool expected, got {type(value).__name__}")
+    return b"\x01" if value else b"\x00"
+
+
+def _string(value: Any) -> bytes:
+    if not isinstance(value, str):
+        raise TypeError(f"str expected, got {type(value).__name__}")
+    data = value.encode("utf-8")
+    return varint(len(data)) + data
+
+
+#: oneof member -> (field key bytes, value encoder)
+ATTR_VALUE = {
+    "int32_val": (_key(7, 0), _int32),
+    "int64_val": (_key(9, 0), _int64),
+    "uint64_val": (_key(13, 0), _uint64),
+    "bool_val": (_key(27, 0), _bool),
+    "string_val": (_key(29, 2), _string),
+}
+
+
+
+def check(kind: str, value: Any) -> int | str | bool:
+    """Check ``value`` fits oneof member ``kind``; return it as a plain Python value."""
+    encode = ATTR_VALUE[kind][1]
+    encode(value)
+    return value if kind in ("string_val", "bool_val") else index(value)
+
+
+_NODE_ID, _NODE_NAME, _NODE_TYPE = _key(1, 0), _key(2, 2), _key(3, 0)
+_NODE_CTRL, _NODE_DATA, _NODE_ATTR = _key(4, 2), _key(5, 2), _key(10, 2)
+_ATTR_NAME = _key(1, 2)
+_META_VERSION = _key(1, 2)
+
+
+# ---------------------------------------------------------------- messages
+
+
+def attribute(name: str, kind: str, value: Any) -> bytes:
+    """One ``Node.attr`` entry, field key and length included."""
+    try:
+        value_key, encode = ATTR_VALUE[kind]
+    except KeyError:
+        raise ValueError(f"unsupported attribute kind {kind!r}") from None
+    body = value_key + encode(value)
+    if name:
+        body = _ATTR_NAME + _string(name) + body
+    return _len_field(_NODE_ATTR, body)
+
+
+def _packed(field_key: bytes, values: Iterable[int]) -> bytes:
+    payload = b"".join([_uint64(v) for v in values])
+    return _len_field(field_key, payload) if payload else b""
+
+
+def node_head(node_id: int, name: str, node_type: int,
+              ctrl_deps: Iterable[int] = (), data_deps: Iterable[int] = ()) -> bytes:
+    """Node fields 1-5 (everything before the attributes)."""
+    parts = []
+    if index(node_id):
+        parts.append(_NODE_ID + _uint64(node_id))
+    if name:
+        parts.append(_NODE_NAME + _string(name))
+    if index(node_type):
+        parts.append(_NODE_TYPE + _int32(node_type))  # enums encode as int32
+    parts.append(_packed(_NODE_CTRL, ctrl_deps))
+    parts.append(_packed(_NODE_DATA, data_deps))
+    return b"".join(parts)
+
+
+def metadata(version: str) -> bytes:
+    """A GlobalMetadata message body with ``version`` set."""
+    return _META_VERSION + _string(version) if version else b""
+
+
+def frame(body: bytes) -> bytes:
+    """``body`` with its varint length prefix, as a trace file stores it."""
+    return varint(len(body)) + body
+
+
+# ---------------------------------------------------------------- reading
+
+
+def read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """Decode a varint at ``pos``; return ``(value, next_pos)``."""
+    result = shift = 0
+    while True:
+        if pos >= len(data):
+            raise ValueError("truncated varint")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift >= 64:
+            raise ValueError("varint longer than 10 bytes")
+
+
+def iter_frames(data: bytes) -> Iterator[tuple[int, memoryview]]:
+    """Yield ``(offset, message bytes)`` for each length-prefixed record."""
+    view = memoryview(data)
+    pos, end = 0, len(data)
+    while pos < end:
+        start = pos
+        size, pos = read_varint(data, pos)
+        if pos + size > end:
+            raise ValueError(
+                f"truncated record at byte {start}: needs {size} bytes, {end - pos} left")
+        yield start, view[pos:pos + size]
+        pos += size

@@ -1,0 +1,36 @@
+"""Errors a user can cause, and how the CLI reports them.
+
+A :class:`UsageError` is a mistake in what the user asked for (an unknown model, a
+degree that does not divide, an unwritable folder).  The CLI prints its message on
+one line and exits with status 2; it never shows a traceback for one.
+"""
+
+from __future__ import annotations
+
+
+class StageError(Exception):
+    """Base class of STAGE's own errors."""
+
+
+class UsageError(StageError):
+    """The user's input is wrong: the message names the value, why, and what is valid."""
+
+    exit_status = 2
+
+
+class PluginError(StageError):
+    """A plugin is broken or clashes with another one (names the plugins)."""
+
+    exit_status = 2
+
+
+class TraceError(StageError):
+    """A trace set fails validation; ``problems`` lists each defect found."""
+
+    exit_status = 1
+
+    def __init__(self, problems):
+        self.problems = list(problems)
+        first = self.problems[0] if self.problems else "invalid trace set"
+        more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
+        super().__init__(f"{first}{more}")

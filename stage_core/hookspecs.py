@@ -1,0 +1,142 @@
+"""The plugin contract: every hook a STAGE plugin may implement.
+
+A plugin is a module (or object) with functions decorated by
+:data:`stage_core.hookimpl`.  It is found through the entry-point group ``stage``
+(third parties) or registered by module name (built-ins).  Registration hooks
+return lists of frozen records from :mod:`stage_core.records`; the host collects
+them, rejects duplicate names (naming both plugins) and sorts them by name, so
+pluggy's call order never shows.
+
+Hooks, by lifecycle:
+
+1. what exists: :func:`stage_models`, :func:`stage_strategies`,
+   :func:`stage_schedules`, :func:`stage_trace_backends`, :func:`stage_commands`
+2. resolving input: :func:`stage_config_from_hf`
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import pluggy
+
+from .records import BackendSpec, CommandSpec, ModelSpec, ScheduleSpec, StrategySpec
+
+PROJECT = "stage"
+
+_hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+# ----------------------------------------------------------------- 1. what exists
+
+
+@_hookspec
+def stage_models() -> Sequence[ModelSpec]:
+    """Register model families and their presets.
+
+    :return: a list of :class:`~stage_core.records.ModelSpec`, one per family.
+
+    Example::
+
+        @hookimpl
+        def stage_models():
+            return [ModelSpec(name="gpt", family="gpt", build=build_gpt,
+                              presets={"gpt-tiny": GPTConfig(...)},
+                              from_dict=GPTConfig.from_dict,
+                              hf_model_types=("gpt2",))]
+    """
+
+
+@_hookspec
+def stage_strategies() -> Sequence[StrategySpec]:
+    """Register parallel strategies (dp, tp, zero, recompute, ...).
+
+    :return: a list of :class:`~stage_core.records.StrategySpec`.
+
+    Example::
+
+        @hookimpl
+        def stage_strategies():
+            return [StrategySpec(name="dp", axis="dp", validate=check_dp,
+                                 apply=apply_dp)]
+    """
+
+
+@_hookspec
+def stage_schedules() -> Sequence[ScheduleSpec]:
+    """Register pipeline schedules (gpipe, 1f1b, interleaved, ...).
+
+    :return: a list of :class:`~stage_core.records.ScheduleSpec`.
+
+    Example::
+
+        @hookimpl
+        def stage_schedules():
+            def gpipe(stages, micro_batches, virtual):
+                return [[("F", m, 0) for m in range(micro_batches)]
+                        + [("B", m, 0) for m in reversed(range(micro_batches))]
+                        for _ in range(stages)]
+            return [ScheduleSpec(name="gpipe", order=gpipe)]
+    """
+
+
+@_hookspec
+def stage_trace_backends() -> Sequence[BackendSpec]:
+    """Register trace backends (output formats).
+
+    :return: a list of :class:`~stage_core.records.BackendSpec`.
+
+    Example::
+
+        @hookimpl
+        def stage_trace_backends():
+            return [BackendSpec(name="chakra", write=write_chakra, read=read_chakra,
+                                detect=lambda d: any(d.glob("trace.*.et")))]
+    """
+
+
+@_hookspec
+def stage_commands() -> Sequence[CommandSpec]:
+    """Register extra ``stage`` subcommands.
+
+    :return: a list of :class:`~stage_core.records.CommandSpec`.
+
+    Example::
+
+        @hookimpl
+        def stage_commands():
+            def configure(p):
+                p.add_argument("dir")
+            def run(args):
+                print(args.dir)
+                return 0
+            return [CommandSpec(name="echo-dir", help="print DIR", configure=configure,
+                                run=run)]
+    """
+
+
+# ----------------------------------------------------------------- 2. resolving input
+
+
+@_hookspec(firstresult=True)
+def stage_config_from_hf(hf_config: Mapping[str, Any]) -> Any | None:
+    """Turn a Hugging Face ``config.json`` (already parsed) into a model config.
+
+    Stops at the first non-None result.  Return ``None`` when your plugin does not
+    handle ``hf_config["model_type"]``; raise
+    :class:`stage_core.errors.UsageError` naming the key when you handle the type
+    but a value is invalid.  Built-in fallbacks should be marked
+    ``@hookimpl(trylast=True)`` so any other plugin can take precedence.
+
+    :param hf_config: the parsed JSON object.
+    :return: a config object of one of your registered families, or ``None``.
+
+    Example::
+
+        @hookimpl
+        def stage_config_from_hf(hf_config):
+            if hf_config.get("model_type") != "gpt2":
+                return None
+            return GPTConfig(name="hf-gpt2", hidden=hf_config["n_embd"], ...)
+    """

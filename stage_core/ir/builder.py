@@ -1,0 +1,427 @@
+"""GraphBuilder: how model plugins write a model, once, for one device, forward only.
+
+Every method appends one op and returns its output tensor(s).  Shapes are tuples
+of dim names or expressions; letters of the index equations are local to an op.
+
+    g = GraphBuilder("gpt", dims={"b": 1, "s": 1024, "h": 768, ...})
+    tok = g.input("tokens", ("b", "s"))
+    wte = g.param("embed.wte", ("V", "h"))
+    x = g.embedding(tok, wte)
+    with g.layer(0):
+        y = g.einsum("bsh,hf->bsf", x, g.param("mlp.w1", ("h", "f")), name="mlp.fc1")
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterable, Sequence
+
+import sympy as sp
+
+from .. import sym
+from . import kernels
+from .graph import Graph
+from .ops import MATMUL, OTHER, Op, parse_spec
+from .tensor import Role, Tensor
+
+
+def _letters(rank: int) -> str:
+    return "abcdefghijklmnopqrstuvwxyz"[:rank]
+
+
+class GraphBuilder:
+    def __init__(self, name: str, dims: dict[str, int] | None = None, dtype: str = "bf16", meta=None):
+        self.graph = Graph(name=name, dims=dict(dims or {}), meta=dict(meta or {}))
+        self.dtype = dtype
+        self._prefix: list[str] = []
+        self._layer: int | None = None
+        self._block: str = ""
+        self._names: set[str] = set()
+
+    # ------------------------------------------------------------------ scopes
+    @contextmanager
+    def scope(self, name: str):
+        self._prefix.append(name)
+        try:
+            yield
+        finally:
+            self._prefix.pop()
+
+    @contextmanager
+    def layer(self, index: int, name: str | None = None):
+        """Ops inside belong to transformer layer ``index`` (pipeline stages split on this)."""
+        old = self._layer
+        self._layer = index
+        with self.scope(name or f"layers.{index}"):
+            try:
+                yield
+            finally:
+                self._layer = old
+
+    @contextmanager
+    def block(self, name: str):
+        """Tag ops with a block name (``attn_core`` is what selective recompute redoes)."""
+        old = self._block
+        self._block = name
+        try:
+            yield
+        finally:
+            self._block = old
+
+    def _name(self, name: str) -> str:
+        full = ".".join(self._prefix + [name])
+        base, k = full, 1
+        while full in self._names:
+            k += 1
+            full = f"{base}#{k}"
+        self._names.add(full)
+        return full
+
+    # ------------------------------------------------------------------ leaves
+    def input(self, name: str, shape: Sequence, dtype: str = "int64", tags: Iterable[str] = ()) -> Tensor:
+        t = Tensor(self._name(name), tuple(shape), dtype, Role.INPUT, frozenset(tags))
+        self.graph.inputs.append(t)
+        return t
+
+    def param(self, name: str, shape: Sequence, dtype: str | None = None, tags: Iterable[str] = ()) -> Tensor:
+        t = Tensor(self._name(name), tuple(shape), dtype or self.dtype, Role.PARAMETER, frozenset(tags))
+        self.graph.params.append(t)
+        return t
+
+    # ------------------------------------------------------------------ core op
+    def op(
+        self,
+        kind: str,
+        spec: str,
+        inputs: Sequence[Tensor],
+        out_shapes: Sequence[Sequence] | None = None,
+        *,
+        name: str,
+        fn: str = "",
+        flop_terms=(),
+        byte_terms=(),
+        out_dtypes: Sequence[str] | None = None,
+        out_tags: Sequence[Iterable[str]] | None = None,
+        linear_reduce: Iterable[str] = (),
+        whole: Iterable[str] = (),
+        partial_ok: bool = False,
+        attrs: dict | None = None,
+    ) -> tuple[Tensor, ...]:
+        ins, outs = parse_spec(spec)
+        if out_shapes is None:
+            sizes: dict[str, object] = {}
+            for term, t in zip(ins, inputs):
+                for c, d in zip(term, t.shape):
+                    sizes.setdefault(c, d)
+            out_shapes = [tuple(sizes[c] for c in term) for term in outs]
+        out_dtypes = list(out_dtypes or [self.dtype] * len(outs))
+        out_tags = list(out_tags or [()] * len(outs))
+        full = self._name(name)
+        outputs = tuple(
+            Tensor(full if len(outs) == 1 else f"{full}:{i}", tuple(shape), dt, Role.ACTIVATION, frozenset(tg))
+            for i, (shape, dt, tg) in enumerate(zip(out_shapes, out_dtypes, out_tags))
+        )
+        op = Op(
+            name=full,
+            kind=kind,
+            fn=fn,
+            inputs=tuple(inputs),
+            outputs=outputs,
+            spec=spec,
+            flop_terms=tuple(flop_terms),
+            byte_terms=tuple(byte_terms),
+            linear_reduce=frozenset(linear_reduce),
+            whole=frozenset(whole),
+            partial_ok=partial_ok,
+            layer=self._layer,
+            block=self._block,
+            attrs=dict(attrs or {}),
+        )
+        self.graph.ops.append(op)
+        return outputs
+
+    # ------------------------------------------------------------------ einsum
+    def einsum(
+        self,
+        spec: str,
+        a: Tensor,
+        b: Tensor,
+        *,
+        name: str,
+        bias: Tensor | None = None,
+        flops_scale=1,
+        out_dtype: str | None = None,
+        tags: Iterable[str] = (),
+    ) -> Tensor:
+        """A two-operand einsum (optionally with a bias added in the same kernel).
+
+        Every letter of each operand must appear in the other operand or in the
+        output, so that each VJP is itself an einsum.  FLOPs: 2 per multiply-add
+        over the whole index space when some letter is contracted (a matmul),
+        otherwise 1 per product.  ``flops_scale`` scales that count (causal
+        attention that skips the masked half uses 1/2).
+        """
+        (ta, tb), (to,) = parse_spec(spec)
+        for term, other in ((ta, tb), (tb, ta)):
+            for c in term:
+                if c not in other and c not in to:
+                    raise ValueError(f"einsum {spec!r}: index {c!r} is summed inside one operand; reduce it first")
+        space = "".join(dict.fromkeys(ta + tb))
+        contracted = [c for c in space if c not in to]
+        coeff = sp.nsimplify(flops_scale) * (2 if contracted else 1)
+        terms = [(coeff, space, MATMUL if contracted else OTHER)]
+        inputs = [a, b]
+        full_spec = spec
+        if bias is not None:
+            bias_term = to[len(to) - bias.rank :]  # a bias covers the trailing output dims
+            full_spec = f"{ta},{tb},{bias_term}->{to}"
+            inputs.append(bias)
+            terms.append((1, to, OTHER))
+        (out,) = self.op(
+            "einsum",
+            full_spec,
+            inputs,
+            name=name,
+            flop_terms=terms,
+            linear_reduce=contracted,
+            out_dtypes=[out_dtype or self.dtype],
+            out_tags=[tags],
+            attrs={"flops_scale": sp.nsimplify(flops_scale), "has_bias": bias is not None, "einsum": spec},
+        )
+        return out
+
+    # ------------------------------------------------------------------ elementwise
+    def elementwise(
+        self,
+        fn: str,
+        *xs: Tensor,
+        name: str | None = None,
+        spec: str | None = None,
+        tags: Iterable[str] = (),
+        out_dtype: str | None = None,
+    ) -> Tensor:
+        """An elementwise kernel from :data:`kernels.ELEMENTWISE` (``gelu``, ``add``...)."""
+        if fn not in kernels.ELEMENTWISE:
+            raise ValueError(f"unknown elementwise kernel {fn!r}; known: {sorted(kernels.ELEMENTWISE)}")
+        if spec is None:
+            letters = _letters(xs[0].rank)
+            spec = ",".join(letters for _ in xs) + "->" + letters
+        out_term = parse_spec(spec)[1][0]
+        (out,) = self.op(
+            "elementwise",
+            spec,
+            xs,
+            name=name or fn,
+            fn=fn,
+            flop_terms=[(kernels.ELEMENTWISE[fn][0], out_term, OTHER)],
+            partial_ok=fn == "add",
+            out_dtypes=[out_dtype or xs[0].dtype],
+            out_tags=[tags],
+        )
+        return out
+
+    def add(self, x: Tensor, y: Tensor, *, name: str = "add", tags: Iterable[str] = ()) -> Tensor:
+        return self.elementwise("add", x, y, name=name, tags=tags)
+
+    def gelu(self, x: Tensor, *, name: str = "gelu") -> Tensor:
+        return self.elementwise("gelu", x, name=name)
+
+    def bias_gelu(self, x: Tensor, bias: Tensor, *, name: str = "bias_gelu") -> Tensor:
+        letters = _letters(x.rank)
+        return self.elementwise("bias_gelu", x, bias, name=name, spec=f"{letters},{letters[-1]}->{letters}")
+
+    def swiglu(self, gate: Tensor, up: Tensor, *, name: str = "swiglu") -> Tensor:
+        return self.elementwise("swiglu", gate, up, name=name)
+
+    def rope(self, x: Tensor, *, name: str = "rope") -> Tensor:
+        return self.elementwise("rope", x, name=name)
+
+    def dropout(self, x: Tensor, *, name: str = "dropout", tags: Iterable[str] = ()) -> Tensor:
+        """Dropout; its 1-byte mask is a second output that backward keeps."""
+        letters = _letters(x.rank)
+        out, _mask = self.op(
+            "elementwise",
+            f"{letters}->{letters},{letters}",
+            [x],
+            name=name,
+            fn="dropout",
+            flop_terms=[(kernels.ELEMENTWISE["dropout"][0], letters, OTHER)],
+            out_dtypes=[x.dtype, "u8"],
+            out_tags=[tags, ("mask",)],
+        )
+        return out
+
+    def dropout_add(
+        self, x: Tensor, residual: Tensor, bias: Tensor | None = None, *, name: str = "dropout_add",
+        tags: Iterable[str] = (),
+    ) -> Tensor:
+        """``residual + dropout(x + bias)`` in one kernel (Megatron's bias-dropout-add)."""
+        letters = _letters(x.rank)
+        fn = "bias_dropout_add" if bias is not None else "dropout_add"
+        ins = [x] + ([bias] if bias is not None else []) + [residual]
+        terms = [letters] + ([letters[-1]] if bias is not None else []) + [letters]
+        out, _mask = self.op(
+            "elementwise",
+            ",".join(terms) + f"->{letters},{letters}",
+            ins,
+            name=name,
+            fn=fn,
+            flop_terms=[(kernels.ELEMENTWISE[fn][0], letters, OTHER)],
+            out_dtypes=[x.dtype, "u8"],
+            out_tags=[tags, ("mask",)],
+        )
+        return out
+
+    # ------------------------------------------------------------------ reductions and norms
+    def softmax(self, x: Tensor, over: int = -1, *, name: str = "softmax") -> Tensor:
+        letters = _letters(x.rank)
+        axis = letters[over]
+        (out,) = self.op(
+            "softmax",
+            f"{letters}->{letters}",
+            [x],
+            name=name,
+            flop_terms=[(kernels.SOFTMAX[0], letters, OTHER)],
+            whole=[axis],
+            attrs={"over": axis},
+        )
+        return out
+
+    def norm(
+        self, kind: str, x: Tensor, weight: Tensor, bias: Tensor | None = None, *, name: str | None = None,
+        tags: Iterable[str] = (),
+    ) -> Tensor:
+        """LayerNorm or RMSNorm over the last dim of ``x``."""
+        if kind not in kernels.NORM:
+            raise ValueError(f"unknown norm {kind!r}; known: {sorted(kernels.NORM)}")
+        letters = _letters(x.rank)
+        last = letters[-1]
+        ins = [x, weight] + ([bias] if bias is not None else [])
+        spec = ",".join([letters, last] + ([last] if bias is not None else [])) + f"->{letters}"
+        (out,) = self.op(
+            "norm",
+            spec,
+            ins,
+            name=name or kind,
+            fn=kind,
+            flop_terms=[(kernels.NORM[kind][0], letters, OTHER)],
+            whole=[last],
+            out_tags=[tags],
+            attrs={"over": last},
+        )
+        return out
+
+    def reduce_sum(self, x: Tensor, spec: str, *, name: str = "sum") -> Tensor:
+        ins, outs = parse_spec(spec)
+        reduced = [c for c in ins[0] if c not in outs[0]]
+        (out,) = self.op(
+            "reduction",
+            spec,
+            [x],
+            name=name,
+            fn="sum",
+            flop_terms=[(kernels.REDUCTION_SUM, ins[0], OTHER)],
+            linear_reduce=reduced,
+        )
+        return out
+
+    # ------------------------------------------------------------------ embedding and loss
+    def embedding(self, tokens: Tensor, table: Tensor, positions: Tensor | None = None, *, name: str = "embedding",
+                  tags: Iterable[str] = ()) -> Tensor:
+        """Look up rows of ``table`` [V, h] for ``tokens`` [b, s]: a gather, no FLOPs.
+
+        With ``positions`` [s, h] (learned positions) the two are added in the same
+        kernel (one FLOP per output element).  Bytes: the token ids, the rows read
+        and the output written; not the whole table.
+        """
+        out_bytes = table.itemsize
+        terms = [(tokens.itemsize, "bs"), (out_bytes, "bsh"), (out_bytes, "bsh")]
+        flops = []
+        spec = "bs,vh->bsh"
+        ins = [tokens, table]
+        if positions is not None:
+            spec = "bs,vh,sh->bsh"
+            ins.append(positions)
+            terms.append((positions.itemsize, "sh"))
+            flops.append((1, "bsh", OTHER))
+        (out,) = self.op(
+            "embedding",
+            spec,
+            ins,
+            name=name,
+            flop_terms=flops,
+            byte_terms=terms,
+            linear_reduce=["v"],
+            out_dtypes=[table.dtype],
+            out_tags=[tags],
+        )
+        return out
+
+    def cross_entropy(self, logits: Tensor, labels: Tensor, *, name: str = "cross_entropy") -> Tensor:
+        """Per-token loss (fp32) of ``logits`` [b, s, V] against ``labels`` [b, s].
+
+        The kernel also writes the softmax of the logits (kept for backward, as
+        Megatron's cross-entropy keeps it), its second output.
+
+        Vocabulary-parallel: when V is sharded over a mesh axis, the kernel
+        all-reduces three fp32 [b, s] tensors over that axis (the max logit, the sum
+        of exponentials and the target logit, as Megatron's vocab-parallel
+        cross-entropy does) instead of gathering the logits.
+        """
+        loss, _probs = self.op(
+            "fused",
+            "bsv,bs->bs,bsv",
+            [logits, labels],
+            name=name,
+            fn="cross_entropy",
+            flop_terms=[(kernels.CROSS_ENTROPY[0], "bsv", OTHER)],
+            whole=["v"],
+            out_dtypes=["fp32", logits.dtype],
+            out_tags=[(), ("softmax",)],
+            attrs={"sharded_whole": {"v": (("all_reduce", "bs", 4),) * 3}},
+        )
+        return loss
+
+    def flash_attention(self, q: Tensor, k: Tensor, v: Tensor, *, causal_flops: bool = False,
+                        name: str = "flash_attention") -> Tensor:
+        """Fused attention (FlashAttention): q [b,s,g,r,d], k and v [b,s,g,d] -> [b,s,g,r,d].
+
+        Forward: Q·Kᵀ and P·V, 2 FLOPs per multiply-add each (halved with
+        ``causal_flops``), softmax on the scores; no s×s tensor is kept, only the
+        fp32 log-sum-exp per query row.  Keys use their own letter (k) so the
+        score space is b·g·r·s·k.
+        """
+        scale = sp.Rational(1, 2) if causal_flops else sp.Integer(1)
+        score = "bgrsk"
+        terms = [
+            (2 * scale, "bsgrdk", MATMUL),  # Q·K^T
+            (2 * scale, "bsgrdk", MATMUL),  # P·V
+            (kernels.SOFTMAX[0] * scale, score, OTHER),
+        ]
+        o, lse = self.op(
+            "fused",
+            "bsgrd,bkgd,bkgd->bsgrd,bgrs",
+            [q, k, v],
+            name=name,
+            fn="flash_attention",
+            flop_terms=terms,
+            whole=["k"],
+            out_dtypes=[q.dtype, "fp32"],
+            attrs={"flops_scale": scale},
+        )
+        return o
+
+    # ------------------------------------------------------------------ views
+    def split(self, x: Tensor, spec: str, out_shapes: Sequence[Sequence], *, name: str = "split") -> tuple[Tensor, ...]:
+        """A view that splits one tensor into several (no kernel, no cost)."""
+        return self.op("view", spec, [x], out_shapes, name=name, fn="split", out_dtypes=[x.dtype] * len(out_shapes))
+
+    def view(self, x: Tensor, spec: str, out_shape: Sequence, *, name: str = "view") -> Tensor:
+        (out,) = self.op("view", spec, [x], [out_shape], name=name, fn="reshape", out_dtypes=[x.dtype])
+        return out
+
+    # ------------------------------------------------------------------ finish
+    def finish(self, loss: Tensor) -> Graph:
+        self.graph.loss = loss
+        self.graph.check_order()
+        return self.graph

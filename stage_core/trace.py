@@ -1,0 +1,148 @@
+"""Format-neutral trace records.
+
+Two layers meet here:
+
+* :class:`ProgramNode` / :class:`RankProgram` / :class:`TraceJob` are what lowering
+  hands to a trace backend.  A program is shared by every rank of a *rank class*;
+  the only rank-dependent facts are which process group a collective runs on
+  (``group``, an axis key such as ``"tp"`` or ``"dp"``) and which rank a send or
+  receive talks to (``peer``, a key such as ``"pp+1"``).  The job resolves both per
+  rank, so a backend stamps a program onto a rank instead of rebuilding it.
+
+* :class:`TraceNode` is what a backend's reader gives back: one decoded node with
+  its attributes and their wire types, for the validator and for tests.
+
+The numeric enums mirror Chakra ET v0.0.4 (``et_def.proto``) because that is the
+format every consumer of these traces speaks; a backend for another format maps
+them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+
+class NodeType(IntEnum):
+    INVALID = 0
+    METADATA = 1
+    MEM_LOAD = 2
+    MEM_STORE = 3
+    COMP = 4
+    COMM_SEND = 5
+    COMM_RECV = 6
+    COMM_COLL = 7
+
+
+class CollectiveType(IntEnum):
+    ALL_REDUCE = 0
+    REDUCE = 1
+    ALL_GATHER = 2
+    GATHER = 3
+    SCATTER = 4
+    BROADCAST = 5
+    ALL_TO_ALL = 6
+    REDUCE_SCATTER = 7
+    REDUCE_SCATTER_BLOCK = 8
+    BARRIER = 9
+
+
+#: manifest/report key for each collective type STAGE emits
+COMM_KEYS: Mapping[CollectiveType, str] = {
+    CollectiveType.ALL_REDUCE: "all_reduce",
+    CollectiveType.ALL_GATHER: "all_gather",
+    CollectiveType.REDUCE_SCATTER: "reduce_scatter",
+    CollectiveType.ALL_TO_ALL: "all_to_all",
+}
+
+
+# --------------------------------------------------------------------------- programs
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramNode:
+    """One node of a rank-class program, with concrete numbers.
+
+    Units: ``num_ops`` in FLOPs (2 per multiply-add), ``tensor_size`` and
+    ``comm_size`` in bytes.  ``comm_size`` follows ASTRA-sim's meaning: the full
+    buffer per rank for all-reduce and all-to-all, the full input per rank for
+    reduce-scatter, the per-rank input shard for all-gather.
+    """
+
+    id: int
+    name: str
+    type: NodeType
+    data_deps: tuple[int, ...] = ()
+    ctrl_deps: tuple[int, ...] = ()
+    num_ops: int = 0
+    tensor_size: int = 0
+    comm_type: CollectiveType | None = None
+    comm_size: int = 0
+    group: str | None = None  # axis key, resolved per rank to a pg_name
+    peer: str | None = None  # peer key, resolved per rank to a rank number
+    tag: int = 0
+    flops_kind: str = "other"  # "matmul" or "other", for reports only
+
+
+@dataclass(frozen=True, slots=True)
+class RankProgram:
+    """The program every rank in ``ranks`` runs (a rank class)."""
+
+    ranks: tuple[int, ...]
+    nodes: tuple[ProgramNode, ...]
+    label: str = ""
+
+
+@dataclass(slots=True)
+class TraceJob:
+    """Everything a backend needs to write one trace set.
+
+    ``group_name(rank, key)`` gives the pg_name (a decimal string) of the group
+    ``key`` that ``rank`` belongs to; ``peer_rank(rank, key)`` the rank a send or
+    receive with peer ``key`` talks to.  ``comm_groups`` maps every pg_name any
+    program can resolve to its member ranks.
+    """
+
+    programs: Sequence[RankProgram]
+    world_size: int
+    comm_groups: Mapping[str, Sequence[int]]
+    group_name: Callable[[int, str], str]
+    peer_rank: Callable[[int, str], int]
+    manifest: Mapping[str, Any] = field(default_factory=dict)
+    name: str = "stage"
+
+
+# --------------------------------------------------------------------------- decoded traces
+
+
+@dataclass(slots=True)
+class TraceNode:
+    """A node as a reader decoded it.
+
+    ``attrs`` maps attribute name to ``(kind, value)`` where ``kind`` is the name of
+    the protobuf oneof field that carried it (``"int64_val"``, ``"uint64_val"``,
+    ``"bool_val"``, ``"string_val"``, ``"double_val"``, ...), so a checker can tell
+    an int64 from a uint64 or a double.
+    """
+
+    id: int
+    name: str
+    type: int
+    data_deps: list[int] = field(default_factory=list)
+    ctrl_deps: list[int] = field(default_factory=list)
+    attrs: dict[str, tuple[str, Any]] = field(default_factory=dict)
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        got = self.attrs.get(name)
+        return default if got is None else got[1]
+
+
+@dataclass(slots=True)
+class TraceSet:
+    """A decoded trace set: its groups and a way to iterate ranks lazily."""
+
+    world_size: int
+    comm_groups: Mapping[str, Sequence[int]]
+    iter_ranks: Callable[[], Iterator[tuple[int, list[TraceNode]]]]
+    metadata: Mapping[str, Any] = field(default_factory=dict)

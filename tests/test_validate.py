@@ -1,0 +1,523 @@
+"""Tests of the trace validator: a valid set passes, each defect is named precisely.
+
+The base set has 4 ranks, tp2 x pp2: ranks 0 and 1 are pipeline stage 0, ranks 2 and
+3 stage 1.  Groups: "1" = tp of stage 0, "2" = tp of stage 1, "3" = all four ranks
+(an all-gather standing in for a data-parallel sync).  Stage 0 sends an activation to
+the same tp position of stage 1 (rank r -> r + 2, tag 7, 2048 bytes).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from stage_core.errors import TraceError
+from stage_core.trace import CollectiveType as CT
+from stage_core.trace import NodeType, TraceNode, TraceSet
+from stage_core.validate import ATTR_KINDS, Problem, check, validate
+
+GROUPS = {"1": [0, 1], "2": [2, 3], "3": [0, 1, 2, 3]}
+
+
+def comp(nid, deps=(), name=None, num_ops=1000, tensor_size=64, ctrl=()):
+    return TraceNode(nid, name or f"comp{nid}", NodeType.COMP, list(deps), list(ctrl), {
+        "is_cpu_op": ("bool_val", False),
+        "num_ops": ("int64_val", num_ops),
+        "tensor_size": ("uint64_val", tensor_size),
+    })
+
+
+def coll(nid, pg, ctype=CT.ALL_REDUCE, size=4096, deps=(), name=None):
+    return TraceNode(nid, name or f"coll{nid}", NodeType.COMM_COLL, list(deps), [], {
+        "is_cpu_op": ("bool_val", False),
+        "comm_type": ("int64_val", int(ctype)),
+        "comm_size": ("int64_val", size),
+        "pg_name": ("string_val", pg),
+    })
+
+
+def send(nid, dst, tag=7, size=2048, deps=()):
+    return TraceNode(nid, f"send{nid}", NodeType.COMM_SEND, list(deps), [], {
+        "is_cpu_op": ("bool_val", False),
+        "comm_dst": ("int32_val", dst),
+        "comm_tag": ("int64_val", tag),
+        "comm_size": ("int64_val", size),
+    })
+
+
+def recv(nid, src, tag=7, size=2048, deps=()):
+    return TraceNode(nid, f"recv{nid}", NodeType.COMM_RECV, list(deps), [], {
+        "is_cpu_op": ("bool_val", False),
+        "comm_src": ("uint32_val", src),
+        "comm_tag": ("sint32_val", tag),
+        "comm_size": ("int64_val", size),
+    })
+
+
+def stage0(rank):
+    return [
+        comp(0),
+        coll(1, "1", CT.ALL_REDUCE, 4096, deps=[0]),
+        comp(2, deps=[1]),
+        send(3, rank + 2, deps=[2]),
+        comp(4, deps=[2], ctrl=[3]),
+        coll(5, "3", CT.ALL_GATHER, 1024, deps=[4]),
+    ]
+
+
+def stage1(rank):
+    return [
+        recv(0, rank - 2),
+        comp(1, deps=[0]),
+        coll(2, "2", CT.ALL_REDUCE, 4096, deps=[1]),
+        comp(3, deps=[2]),
+        coll(4, "3", CT.ALL_GATHER, 1024, deps=[3]),
+    ]
+
+
+def base():
+    return {0: stage0(0), 1: stage0(1), 2: stage1(2), 3: stage1(3)}
+
+
+def make(ranks, groups=None, world_size=4):
+    groups = GROUPS if groups is None else groups
+    return TraceSet(world_size, groups, lambda: iter(sorted(ranks.items())))
+
+
+def node(ranks, rank, nid):
+    return next(n for n in ranks[rank] if n.id == nid)
+
+
+def at(problems, rank, node_id):
+    """Reasons of the problems at (rank, node_id)."""
+    return [p.reason for p in problems if p.rank == rank and p.node_id == node_id]
+
+
+def only(problems):
+    assert len(problems) == 1, [str(p) for p in problems]
+    return problems[0]
+
+
+# --------------------------------------------------------------------------- valid sets
+
+
+def test_valid_set_has_no_problems():
+    assert validate(make(base())) == []
+    check(make(base()))  # does not raise
+
+
+def test_independent_groups_may_be_issued_in_different_orders():
+    # stage 1 issues the all-gather before its tp all-reduce; no rank is in both
+    # tp groups, so no cycle: ranks 2, 3 wait in "3" until 0, 1 finish "1"
+    ranks = base()
+    for r in (2, 3):
+        ranks[r] = [recv(0, r - 2), comp(1, deps=[0]), coll(2, "3", CT.ALL_GATHER, 1024,
+                    deps=[1]), comp(3, deps=[2]), coll(4, "2", CT.ALL_REDUCE, 4096, deps=[3])]
+    assert validate(make(ranks)) == []
+
+
+def test_iterates_ranks_once():
+    calls = []
+
+    def iter_ranks():
+        calls.append(1)
+        return iter(sorted(base().items()))
+
+    assert validate(TraceSet(4, GROUPS, iter_ranks)) == []
+    assert calls == [1]
+
+
+def test_attr_table_covers_every_accepted_node_type():
+    assert set(ATTR_KINDS) == {NodeType.COMP, NodeType.COMM_COLL, NodeType.COMM_SEND,
+                               NodeType.COMM_RECV}
+    for spec in ATTR_KINDS.values():
+        assert spec["is_cpu_op"] == {"bool_val"}
+        if "comm_size" in spec:
+            assert spec["comm_size"] == {"int64_val"}
+
+
+# --------------------------------------------------------------------------- problems
+
+
+def test_problem_text_names_rank_node_and_reason():
+    ranks = base()
+    bad = node(ranks, 3, 2)
+    bad.name = "attn.qkv.fwd"
+    bad.attrs["comm_size"] = ("uint64_val", 4096)
+    problem = only(validate(make(ranks)))
+    assert problem == Problem(3, 2, "attn.qkv.fwd", "comm_size is uint64_val, expected int64_val")
+    assert str(problem) == ("rank 3, node 2 (attn.qkv.fwd): "
+                            "comm_size is uint64_val, expected int64_val")
+    assert str(Problem(3, None, "", "no root")) == "rank 3: no root"
+    assert str(Problem(None, None, "", "bad group")) == "trace set: bad group"
+
+
+def test_check_raises_trace_error_with_the_problems():
+    ranks = base()
+    node(ranks, 0, 0).attrs["tensor_size"] = ("int64_val", 0)
+    with pytest.raises(TraceError) as caught:
+        check(make(ranks))
+    assert [str(p) for p in caught.value.problems] == [
+        "rank 0, node 0 (comp0): tensor_size is 0, expected > 0"]
+
+
+def test_max_problems_caps_the_list_and_counts_the_rest():
+    ranks = base()
+    for n in ranks[0] + ranks[1]:
+        if n.type == NodeType.COMP:
+            n.attrs["tensor_size"] = ("int64_val", 0)  # 6 problems
+    problems = validate(make(ranks), max_problems=4)
+    assert len(problems) == 5
+    assert all("tensor_size is 0" in p.reason for p in problems[:4])
+    assert problems[4].rank is None
+    assert problems[4].reason == "2 more problems not listed (max_problems=4)"
+
+
+# --------------------------------------------------------------------------- one rank: graph
+
+
+def test_duplicate_node_id():
+    ranks = base()
+    ranks[1].append(comp(2, deps=[0], name="extra"))
+    problem = only(validate(make(ranks)))
+    assert (problem.rank, problem.node_id, problem.node_name) == (1, 2, "extra")
+    assert problem.reason == "duplicate node id 2 (also 'comp2')"
+
+
+def test_missing_data_dependency():
+    ranks = base()
+    node(ranks, 2, 3).data_deps = [99]
+    assert at(validate(make(ranks)), 2, 3) == ["data_deps names node 99, which does not exist"]
+
+
+def test_missing_ctrl_dependency():
+    ranks = base()
+    node(ranks, 0, 4).ctrl_deps = [3, 42]
+    assert only(validate(make(ranks))).reason == "ctrl_deps names node 42, which does not exist"
+
+
+def test_dependency_cycle_names_its_nodes():
+    ranks = base()
+    node(ranks, 0, 1).ctrl_deps = [2]  # 1 waits on 2, which waits on 1
+    problem = only(validate(make(ranks)))
+    assert (problem.rank, problem.node_id) == (0, 1)
+    assert problem.reason.startswith("dependency cycle 1 -> 2 -> 1 ")
+    assert "5 nodes never run" in problem.reason  # 1, 2 and what follows them: 3, 4, 5
+
+
+def test_self_dependency_is_a_cycle():
+    ranks = base()
+    node(ranks, 2, 3).ctrl_deps = [3]
+    problem = only(validate(make(ranks)))
+    assert (problem.rank, problem.node_id) == (2, 3)
+    assert problem.reason.startswith("dependency cycle 3 -> 3 ")
+
+
+def test_long_chain_cycle_needs_no_recursion():
+    n = 50_000  # far deeper than Python's recursion limit
+    chain = [comp(i, deps=[i - 1] if i else []) for i in range(n)]
+    chain[0].ctrl_deps = [n - 1]
+    problems = validate(make({0: chain}, groups={}, world_size=1))
+    assert [p.reason for p in problems] == [
+        "no root: every node has a dependency, so none can start",
+        "dependency cycle 0 -> 1 -> 2 -> 3 -> 4 -> 5 -> ... 49989 more ... -> 49995 -> "
+        "49996 -> 49997 -> 49998 -> 49999 -> 0 (each node waits on the one before it; "
+        "50000 nodes never run)",
+    ]
+
+
+def test_no_root():
+    ranks = base()
+    node(ranks, 3, 0).ctrl_deps = [4]  # the recv, the only root, now waits on the end
+    problems = validate(make(ranks))
+    assert at(problems, 3, None) == ["no root: every node has a dependency, so none can start"]
+    assert any(r.startswith("dependency cycle 0 -> 1 -> 2 -> 3 -> 4 -> 0")
+               for r in at(problems, 3, 0))
+
+
+def test_empty_rank():
+    ranks = base()
+    ranks[2] = []
+    problems = validate(make(ranks))
+    assert at(problems, 2, None)[0] == "the trace has no nodes"
+
+
+def test_unsupported_node_type():
+    ranks = base()
+    ranks[0].append(TraceNode(9, "load", NodeType.MEM_LOAD, [0], [], {}))
+    assert only(validate(make(ranks))).reason == (
+        "node type MEM_LOAD (2) is not one of COMP, COMM_COLL, COMM_SEND, COMM_RECV")
+
+
+# --------------------------------------------------------------------------- one rank: attributes
+
+
+def test_comm_node_with_is_cpu_op_true():
+    ranks = base()
+    node(ranks, 1, 3).attrs["is_cpu_op"] = ("bool_val", True)
+    problem = only(validate(make(ranks)))
+    assert (problem.rank, problem.node_id) == (1, 3)
+    assert problem.reason == "is_cpu_op is true, expected false on a comm node"
+
+
+def test_comm_node_with_is_cpu_op_unset():
+    ranks = base()
+    del node(ranks, 2, 2).attrs["is_cpu_op"]
+    problem = only(validate(make(ranks)))
+    assert (problem.rank, problem.node_id) == (2, 2)
+    assert problem.reason == "is_cpu_op is missing, expected bool_val"
+
+
+def test_is_cpu_op_must_be_a_bool():
+    ranks = base()
+    node(ranks, 0, 2).attrs["is_cpu_op"] = ("int64_val", 0)
+    assert only(validate(make(ranks))).reason == "is_cpu_op is int64_val, expected bool_val"
+
+
+def test_comm_size_as_uint64_on_send():
+    ranks = base()
+    node(ranks, 0, 3).attrs["comm_size"] = ("uint64_val", 2048)
+    problem = only(validate(make(ranks)))  # the values still match the recv
+    assert (problem.rank, problem.node_id) == (0, 3)
+    assert problem.reason == "comm_size is uint64_val, expected int64_val"
+
+
+def test_comm_size_zero():
+    ranks = base()
+    for r in (0, 1):
+        node(ranks, r, 1).attrs["comm_size"] = ("int64_val", 0)
+    problems = validate(make(ranks))
+    assert len(problems) == 2
+    assert at(problems, 0, 1) == ["comm_size is 0, expected > 0"]
+    assert at(problems, 1, 1) == ["comm_size is 0, expected > 0"]
+
+
+def test_num_ops_as_double():
+    ranks = base()
+    node(ranks, 3, 1).attrs["num_ops"] = ("double_val", 1000.0)
+    problem = only(validate(make(ranks)))
+    assert (problem.rank, problem.node_id) == (3, 1)
+    assert problem.reason.startswith("num_ops is double_val, expected an integer kind")
+
+
+def test_tensor_size_zero():
+    ranks = base()
+    node(ranks, 2, 3).attrs["tensor_size"] = ("int64_val", 0)
+    problem = only(validate(make(ranks)))
+    assert (problem.rank, problem.node_id, problem.reason) == (
+        2, 3, "tensor_size is 0, expected > 0")
+
+
+def test_num_ops_zero():
+    ranks = base()
+    node(ranks, 0, 0).attrs["num_ops"] = ("int64_val", 0)
+    assert only(validate(make(ranks))).reason == "num_ops is 0, expected > 0"
+
+
+def test_missing_comm_tag():
+    ranks = base()
+    del node(ranks, 2, 0).attrs["comm_tag"]
+    problems = validate(make(ranks))
+    assert at(problems, 2, 0) == ["comm_tag is missing, expected an integer kind "
+                                  "(int64_val, uint64_val, int32_val, ...)"]
+
+
+# --------------------------------------------------------------------------- collectives
+
+
+def test_pg_name_not_in_comm_groups():
+    ranks = base()
+    node(ranks, 1, 5).attrs["pg_name"] = ("string_val", "9")
+    problems = validate(make(ranks))
+    assert at(problems, 1, 5) == [
+        "pg_name '9' is not in comm_groups (known: '1', '2', '3')"]
+
+
+def test_pg_name_must_be_a_string():
+    ranks = base()
+    node(ranks, 1, 5).attrs["pg_name"] = ("int64_val", 3)
+    assert "pg_name is int64_val, expected string_val" in at(validate(make(ranks)), 1, 5)
+
+
+def test_rank_not_in_its_group():
+    ranks = base()
+    node(ranks, 0, 1).attrs["pg_name"] = ("string_val", "2")
+    problems = validate(make(ranks))
+    assert at(problems, 0, 1) == ["rank 0 is not a member of group '2' [2, 3]"]
+
+
+def test_unsupported_collective_type():
+    ranks = base()
+    for r in (2, 3):
+        node(ranks, r, 2).attrs["comm_type"] = ("int64_val", int(CT.BROADCAST))
+    problems = validate(make(ranks))
+    assert len(problems) == 2
+    assert at(problems, 2, 2) == [
+        "comm_type BROADCAST (5) is not simulated by ASTRA-sim; use ALL_REDUCE, "
+        "ALL_GATHER, REDUCE_SCATTER or ALL_TO_ALL"]
+
+
+def test_collective_type_differs_between_members():
+    ranks = base()
+    node(ranks, 1, 1).attrs["comm_type"] = ("int64_val", int(CT.ALL_GATHER))
+    problem = only(validate(make(ranks)))
+    assert (problem.rank, problem.node_id) == (1, 1)
+    assert problem.reason == ("collective #0 on group '1' is ALL_GATHER of 4096 bytes "
+                              "here but ALL_REDUCE of 4096 bytes on rank 0 (node 1)")
+
+
+def test_collective_size_differs_between_members():
+    ranks = base()
+    node(ranks, 2, 4).attrs["comm_size"] = ("int64_val", 512)
+    problem = only(validate(make(ranks)))  # the majority of group "3" says 1024
+    assert (problem.rank, problem.node_id) == (2, 4)
+    assert problem.reason == ("collective #0 on group '3' is ALL_GATHER of 512 bytes "
+                              "here but ALL_GATHER of 1024 bytes on rank 0 (node 5)")
+
+
+def test_odd_member_is_reported_not_the_majority():
+    ranks = base()
+    node(ranks, 0, 5).attrs["comm_size"] = ("int64_val", 512)
+    problem = only(validate(make(ranks)))
+    assert (problem.rank, problem.node_id) == (0, 5)
+    assert "on rank 1 (node 5)" in problem.reason
+
+
+def test_member_missing_a_collective():
+    ranks = base()
+    ranks[3] = ranks[3][:4]  # drops the all-gather on "3"
+    problem = only(validate(make(ranks)))
+    assert (problem.rank, problem.node_id) == (3, None)
+    assert problem.reason == ("rank issues 0 collectives on group '3' but rank 0 issues 1; "
+                              "missing collective #0 (ALL_GATHER of 1024 bytes, node 5 on "
+                              "rank 0)")
+
+
+def test_member_with_an_extra_collective():
+    ranks = base()
+    ranks[1].append(coll(6, "1", CT.REDUCE_SCATTER, 8192, deps=[5]))
+    problem = only(validate(make(ranks)))
+    assert (problem.rank, problem.node_id) == (1, 6)
+    assert problem.reason == ("rank issues 2 collectives on group '1' but rank 0 issues 1; "
+                              "collective #1 (REDUCE_SCATTER of 8192 bytes) has no partner")
+
+
+def test_inconsistent_order_of_two_collectives_deadlocks():
+    ranks = base()
+    # rank 1 issues the all-gather on "3" before the all-reduce on "1"; rank 0 the
+    # other way round: each waits for the other inside a different collective
+    ranks[1] = [comp(0), coll(1, "3", CT.ALL_GATHER, 1024, deps=[0]), comp(2, deps=[1]),
+                send(3, 3, deps=[2]), comp(4, deps=[2]),
+                coll(5, "1", CT.ALL_REDUCE, 4096, deps=[4])]
+    problem = only(validate(make(ranks)))
+    assert (problem.rank, problem.node_id) == (0, 1)
+    assert problem.reason == (
+        "collectives deadlock, their order differs between ranks: "
+        "rank 0 issues node 1 (collective #0 on group '1') before node 5 (collective #0 "
+        "on group '3'); rank 1 issues node 1 (collective #0 on group '3') before node 5 "
+        "(collective #0 on group '1')")
+
+
+def test_deadlock_through_three_groups():
+    # each rank is in two of three groups; their orders form a ring
+    groups = {"1": [0, 1], "2": [1, 2], "3": [2, 0]}
+    ranks = {
+        0: [coll(0, "1"), coll(1, "3", deps=[0])],
+        1: [coll(0, "2"), coll(1, "1", deps=[0])],
+        2: [coll(0, "3"), coll(1, "2", deps=[0])],
+    }
+    problem = only(validate(make(ranks, groups, world_size=3)))
+    assert problem.reason.startswith("collectives deadlock")
+    for rank in range(3):
+        assert f"rank {rank} issues" in problem.reason
+
+
+# --------------------------------------------------------------------------- send / recv
+
+
+def test_send_without_recv():
+    ranks = base()
+    ranks[2][0] = comp(0)
+    problem = only(validate(make(ranks)))
+    assert (problem.rank, problem.node_id) == (0, 3)
+    assert problem.reason == "send to rank 2 (tag 7, 2048 bytes) has no matching recv on rank 2"
+
+
+def test_recv_without_send():
+    ranks = base()
+    ranks[1][3] = comp(3, deps=[2])
+    problem = only(validate(make(ranks)))
+    assert (problem.rank, problem.node_id) == (3, 0)
+    assert problem.reason == "recv from rank 1 (tag 7, 2048 bytes) has no matching send on rank 1"
+
+
+def test_send_recv_tag_mismatch():
+    ranks = base()
+    node(ranks, 2, 0).attrs["comm_tag"] = ("int64_val", 8)
+    problems = validate(make(ranks))
+    assert len(problems) == 2
+    assert at(problems, 0, 3) == [
+        "send to rank 2 (tag 7, 2048 bytes) has no matching recv on rank 2; unmatched "
+        "there: node 0 recv(src=0, tag 8, 2048 bytes), tag differs"]
+    assert at(problems, 2, 0) == [
+        "recv from rank 0 (tag 8, 2048 bytes) has no matching send on rank 0; unmatched "
+        "there: node 3 send(dst=2, tag 7, 2048 bytes), tag differs"]
+
+
+def test_send_recv_size_mismatch():
+    ranks = base()
+    node(ranks, 1, 3).attrs["comm_size"] = ("int64_val", 1024)
+    problems = validate(make(ranks))
+    assert len(problems) == 2
+    assert at(problems, 1, 3)[0].endswith(
+        "unmatched there: node 0 recv(src=1, tag 7, 2048 bytes), size differs")
+    assert at(problems, 3, 0)[0].startswith(
+        "recv from rank 1 (tag 7, 2048 bytes) has no matching send on rank 1")
+
+
+def test_sends_match_as_a_multiset():
+    ranks = base()
+    ranks[0].append(send(6, 2, deps=[5]))  # a second identical send, one recv only
+    problem = only(validate(make(ranks)))
+    assert (problem.rank, problem.node_id) == (0, 6)
+    assert problem.reason.startswith("send to rank 2 (tag 7, 2048 bytes) has no matching")
+
+
+def test_send_to_a_rank_outside_the_world():
+    ranks = base()
+    node(ranks, 0, 3).attrs["comm_dst"] = ("int64_val", 4)
+    problems = validate(make(ranks))
+    assert at(problems, 0, 3) == ["comm_dst 4 is not a rank (world size 4)"]
+
+
+def test_send_to_itself():
+    ranks = base()
+    node(ranks, 0, 3).attrs["comm_dst"] = ("int64_val", 0)
+    assert at(validate(make(ranks)), 0, 3) == ["comm_dst 0 is the rank itself"]
+
+
+# --------------------------------------------------------------------------- the set
+
+
+def test_missing_rank():
+    ranks = base()
+    del ranks[3]
+    problems = validate(make(ranks))
+    assert at(problems, 3, None)[0] == "no trace for this rank"
+
+
+def test_rank_twice():
+    ranks = base()
+    pairs = sorted(ranks.items()) + [(2, stage1(2))]
+    problems = validate(TraceSet(4, GROUPS, lambda: iter(pairs)))
+    assert at(problems, 2, None) == ["rank appears twice in the trace set"]
+
+
+def test_bad_group_definitions():
+    groups = dict(GROUPS, **{"0": [0], "x": [1], "5": [1, 7], "6": [2, 2]})
+    reasons = [p.reason for p in validate(make(base(), groups)) if p.rank is None]
+    assert reasons == [
+        "comm group name '0' is not a decimal string > 0",
+        "comm group name 'x' is not a decimal string > 0",
+        "comm group '5' names ranks [7] outside 0..3",
+        "comm group '6' lists a rank twice: [2, 2]",
+    ]
