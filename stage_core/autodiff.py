@@ -246,7 +246,12 @@ def _embedding(e, op, gs, needs):
                            byte_terms=[(g.itemsize, "bsh"), (tokens.itemsize, "bs"), (2 * table.itemsize, "bsh")],
                            linear_reduce=["b", "s"], suffix="bwd.scatter")
     if len(op.inputs) == 3 and needs[2]:
-        grads[2] = e.reduce_to(g, "bsh", op.inputs[2], "sh")
+        pos = op.inputs[2]
+        # the first s rows of the position table receive the sum over the batch
+        (grads[2],) = e.op("embedding", "bsh->ph", [g], [pos], fn="scatter_add",
+                           flop_terms=[(kernels.REDUCTION_SUM, "bsh", OTHER)],
+                           byte_terms=[(g.itemsize, "bsh"), (2 * pos.itemsize, "sh")],
+                           linear_reduce=["b", "s"], suffix="bwd.positions")
     return grads
 
 
@@ -271,9 +276,17 @@ def _flash(e, op, gs, needs):
     # FlashAttention backward: recompute Q·K^T, then dV = P^T·dO, dP = dO·V^T,
     # dQ = dS·K, dK = dS^T·Q: five matmuls over the score space
     terms = [(5 * 2 * scale, "bsgrdk", MATMUL), (kernels.SOFTMAX[1] * scale, "bgrsk", OTHER)]
-    outs = e.op("fused", "bsgrd,bsgrd,bkgd,bkgd,bsgrd,bgrs->bsgrd,bkgd,bkgd",
+    spec = "bsgrd,bsgrd,bkgd,bkgd,bsgrd,bgrs->bsgrd,bkgd,bkgd"
+    attrs = {"flops_scale": scale}
+    if op.attrs.get("separate_value_dim"):
+        # v and the output over their own head dim (letter v): Q·K^T, dQ, dK over d; dV, dP over v
+        terms = [(3 * 2 * scale, "bsgrdk", MATMUL), (2 * 2 * scale, "bsgrvk", MATMUL),
+                 (kernels.SOFTMAX[1] * scale, "bgrsk", OTHER)]
+        spec = "bsgrv,bsgrd,bkgd,bkgv,bsgrv,bgrs->bsgrd,bkgd,bkgv"
+        attrs["separate_value_dim"] = True
+    outs = e.op("fused", spec,
                 [gs[0], q, k, v, o, lse], [q, k, v], fn="flash_attention_bwd", flop_terms=terms,
-                whole=["k"], linear_reduce=["s", "r"], attrs={"flops_scale": scale})
+                whole=["k"], linear_reduce=["s", "r"], attrs=attrs)
     return [x if need else None for x, need in zip(outs, needs)]
 
 
@@ -405,3 +418,92 @@ def saved_activations(graph: Graph) -> list[Tensor]:
 def activation_bytes(graph: Graph):
     """Symbolic bytes of the saved activations of one micro-batch (no sharding)."""
     return sum((t.nbytes for t in saved_activations(graph)), sym.ONE * 0)
+
+
+# --------------------------------------------------------------------------- VJP rules: MoE and concat
+# (appended with GraphBuilder.router, .dispatch, .combine, .concat and the sigmoid kernel)
+
+RULES[("elementwise", "sigmoid")] = _unary_saving_input
+
+
+@vjp("fused", "moe_router")
+def _moe_router(e, op, gs, needs):
+    (logits,) = op.inputs
+    weights, scores = op.outputs
+    op.saved = (weights, scores)  # the top-k choice and every expert's score
+    if not needs[0] or gs[0] is None:
+        return [None]
+    tok = op.attrs["token_letters"]
+    k = op.attrs["experts_per_token"]
+    terms = [(kernels.ROUTER_SCORE[op.attrs["score"]][1] + kernels.ROUTER_TOPK[1], tok + "e", OTHER)]
+    if op.attrs.get("normalize"):
+        terms.append((kernels.ROUTER_TOPK_NORM[1] * k, tok, OTHER))
+    if op.attrs.get("scale", 1) != 1:
+        terms.append((kernels.ROUTER_SCALE[1] * k, tok, OTHER))
+    t = tok + "e"
+    (dlogits,) = e.op("fused", f"{t},{t},{t}->{t}", [gs[0], weights, scores], [logits], fn="moe_router_bwd",
+                      flop_terms=terms, whole=["e"], attrs=dict(op.attrs))
+    return [dlogits]
+
+
+@vjp("fused", "moe_dispatch")
+def _moe_dispatch(e, op, gs, needs):
+    x, weights = op.inputs
+    op.saved = (weights,)  # which slots each token's rows went to
+    if not needs[0]:
+        return [None, None]
+    tok = op.attrs["token_letters"]
+    k = op.attrs["experts_per_token"]
+    g = gs[0]
+    # gather each token's k slot gradients back and sum them: k - 1 adds per element
+    (dx,) = e.op("fused", f"ech,{tok}e->{tok}h", [g, weights], [x], fn="moe_dispatch_bwd",
+                 flop_terms=[(k - 1, tok + "h", OTHER)],
+                 byte_terms=[(k * g.itemsize, tok + "h"), (x.itemsize, tok + "h"), (4 * k, tok)],
+                 attrs=dict(op.attrs))
+    return [dx, None]  # the routing choice itself has no gradient
+
+
+@vjp("fused", "moe_combine")
+def _moe_combine(e, op, gs, needs):
+    expert_out, weights = op.inputs
+    op.saved = (expert_out, weights)
+    tok = op.attrs["token_letters"]
+    k = op.attrs["experts_per_token"]
+    g = gs[0]
+    item = expert_out.itemsize
+    d_out, d_weights = e.op(
+        "fused", f"{tok}h,ech,{tok}e->ech,{tok}e", [g, expert_out, weights], [expert_out, weights],
+        fn="moe_combine_bwd", flop_terms=[(kernels.COMBINE[1] * k, tok + "h", OTHER)],
+        byte_terms=[(g.itemsize, tok + "h"), (k * item, tok + "h"), (k * (weights.itemsize + 4), tok),
+                    (item, "ech"), (weights.itemsize, tok + "e")],
+        attrs=dict(op.attrs))
+    return [d_out if needs[0] else None, d_weights if needs[1] else None]
+
+
+@vjp("view", "concat")
+def _concat(e, op, gs, needs):
+    ins, (to,) = parse_spec(op.spec)
+    joined = op.attrs["joined_letter"]
+    op.saved = ()
+    g = gs[0]
+    grads: list[Tensor | None] = [None] * len(op.inputs)
+    whole, whole_idx = [], []
+    for i, (x, term, part) in enumerate(zip(op.inputs, ins, op.attrs["part_letters"])):
+        if not needs[i]:
+            continue
+        piece = to.replace(joined, part)
+        if sorted(piece) == sorted(term):
+            whole.append(term)
+            whole_idx.append(i)
+        else:
+            # a broadcast input: its slice of the gradient summed over the letters it lacks
+            reduced = [c for c in piece if c not in term]
+            (grads[i],) = e.op("reduction", f"{to}->{term}", [g], [x], fn="sum",
+                               flop_terms=[(kernels.REDUCTION_SUM, piece, OTHER)], linear_reduce=reduced,
+                               byte_terms=[(g.itemsize, piece), (x.itemsize, term)],
+                               suffix=f"bwd.reduce.{x.name.rsplit('.', 1)[-1]}")
+    if whole:
+        outs = e.op("view", f"{to}->" + ",".join(whole), [g], [op.inputs[i] for i in whole_idx], fn="split")
+        for i, t in zip(whole_idx, outs):
+            grads[i] = t
+    return grads

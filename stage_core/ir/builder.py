@@ -330,17 +330,17 @@ class GraphBuilder:
                   tags: Iterable[str] = ()) -> Tensor:
         """Look up rows of ``table`` [V, h] for ``tokens`` [b, s]: a gather, no FLOPs.
 
-        With ``positions`` [s, h] (learned positions) the two are added in the same
-        kernel (one FLOP per output element).  Bytes: the token ids, the rows read
-        and the output written; not the whole table.
+        With ``positions`` [P, h] (a learned position table of P >= s rows) the first s
+        rows are added in the same kernel (one FLOP per output element).  Bytes: the
+        token ids, the rows read and the output written; not the whole tables.
         """
-        out_bytes = table.itemsize
-        terms = [(tokens.itemsize, "bs"), (out_bytes, "bsh"), (out_bytes, "bsh")]
+        item = table.itemsize
+        terms = [(tokens.itemsize, "bs"), (item, "bsh"), (item, "bsh")]
         flops = []
         spec = "bs,vh->bsh"
         ins = [tokens, table]
         if positions is not None:
-            spec = "bs,vh,sh->bsh"
+            spec = "bs,vh,ph->bsh"
             ins.append(positions)
             terms.append((positions.itemsize, "sh"))
             flops.append((1, "bsh", OTHER))
@@ -383,31 +383,42 @@ class GraphBuilder:
         return loss
 
     def flash_attention(self, q: Tensor, k: Tensor, v: Tensor, *, causal_flops: bool = False,
-                        name: str = "flash_attention") -> Tensor:
+                        name: str = "flash_attention", separate_value_dim: bool | None = None) -> Tensor:
         """Fused attention (FlashAttention): q [b,s,g,r,d], k and v [b,s,g,d] -> [b,s,g,r,d].
 
         Forward: Q·Kᵀ and P·V, 2 FLOPs per multiply-add each (halved with
         ``causal_flops``), softmax on the scores; no s×s tensor is kept, only the
         fp32 log-sum-exp per query row.  Keys use their own letter (k) so the
         score space is b·g·r·s·k.
+
+        With a value head dim of its own (MLA: q and k over dn+dr, v over dv), v is
+        [b,s,g,dv] and the output [b,s,g,r,dv]; the value dim is the letter ``v``
+        and P·V is counted over it.  ``separate_value_dim=None`` turns this on
+        exactly when v's last dim differs from k's; otherwise nothing changes.
         """
         scale = sp.Rational(1, 2) if causal_flops else sp.Integer(1)
+        if separate_value_dim is None:
+            separate_value_dim = v.shape[-1] != k.shape[-1] and sp.expand(v.shape[-1] - k.shape[-1]) != 0
         score = "bgrsk"
+        vd = "v" if separate_value_dim else "d"
         terms = [
             (2 * scale, "bsgrdk", MATMUL),  # Q·K^T
-            (2 * scale, "bsgrdk", MATMUL),  # P·V
+            (2 * scale, f"bsgr{vd}k", MATMUL),  # P·V
             (kernels.SOFTMAX[0] * scale, score, OTHER),
         ]
+        attrs = {"flops_scale": scale}
+        if separate_value_dim:
+            attrs["separate_value_dim"] = True
         o, lse = self.op(
             "fused",
-            "bsgrd,bkgd,bkgd->bsgrd,bgrs",
+            f"bsgrd,bkgd,bkg{vd}->bsgr{vd},bgrs",
             [q, k, v],
             name=name,
             fn="flash_attention",
             flop_terms=terms,
             whole=["k"],
             out_dtypes=[q.dtype, "fp32"],
-            attrs={"flops_scale": scale},
+            attrs=attrs,
         )
         return o
 
@@ -425,3 +436,159 @@ class GraphBuilder:
         self.graph.loss = loss
         self.graph.check_order()
         return self.graph
+
+    # ------------------------------------------------------------------ mixture of experts
+    # (appended for MoE models; see kernels.ROUTER_*, kernels.COMBINE)
+
+    @staticmethod
+    def _token_letters(rank: int) -> str:
+        """Letters for the token dims of a [tokens..., x] tensor (``bs`` for [b, s, x])."""
+        letters = "bsijlmnopqtuwxyz"
+        if rank - 1 > len(letters):
+            raise ValueError(f"too many token dims ({rank - 1})")
+        return letters[: rank - 1]
+
+    def router(
+        self,
+        logits: Tensor,
+        *,
+        k,
+        score: str = "softmax",
+        normalize: bool = True,
+        scale=1,
+        selection_bias: bool = False,
+        name: str = "router",
+    ) -> Tensor:
+        """Fused MoE router: scores, top-k, weights. ``logits`` [tokens..., E] -> [tokens..., E].
+
+        ``score`` is ``"softmax"`` (Mixtral, Qwen-MoE) or ``"sigmoid"`` (DeepSeek-V3)
+        over the E experts; the top ``k`` scores per token are kept (``normalize``:
+        rescaled to sum to one; ``scale``: then multiplied by a constant;
+        ``selection_bias``: a per-expert bias is added to the scores for the
+        choice only).  The output is the dense fp32 routing weights with k
+        nonzeros per token; a second fp32 output keeps all scores for backward.
+        The expert dim is the letter ``e``.  FLOPs: :data:`kernels.ROUTER_SCORE`,
+        :data:`~kernels.ROUTER_TOPK` per score, :data:`~kernels.ROUTER_TOPK_NORM`
+        and :data:`~kernels.ROUTER_SCALE` per selected weight.
+        """
+        if score not in kernels.ROUTER_SCORE:
+            raise ValueError(f"unknown router score {score!r}; known: {sorted(kernels.ROUTER_SCORE)}")
+        k = sym.expr(k)
+        scale = sp.nsimplify(scale, rational=True)
+        tok = self._token_letters(logits.rank)
+        per_score = kernels.ROUTER_SCORE[score][0] + kernels.ROUTER_TOPK[0]
+        if selection_bias:
+            per_score += kernels.ROUTER_SELECTION_BIAS[0]
+        terms = [(per_score, tok + "e", OTHER)]
+        if normalize:
+            terms.append((kernels.ROUTER_TOPK_NORM[0] * k, tok, OTHER))
+        if scale != 1:
+            terms.append((kernels.ROUTER_SCALE[0] * k, tok, OTHER))
+        weights, _scores = self.op(
+            "fused",
+            f"{tok}e->{tok}e,{tok}e",
+            [logits],
+            name=name,
+            fn="moe_router",
+            flop_terms=terms,
+            whole=["e"],
+            out_dtypes=["fp32", "fp32"],
+            out_tags=[("routing_weights",), ("router_scores",)],
+            attrs={"moe": "router", "token_letters": tok, "expert_letter": "e", "experts_per_token": k,
+                   "score": score, "normalize": bool(normalize), "scale": scale,
+                   "selection_bias": bool(selection_bias)},
+        )
+        return weights
+
+    def dispatch(self, x: Tensor, weights: Tensor, *, k, capacity_factor=None, name: str = "dispatch",
+                 tags: Iterable[str] = ()) -> Tensor:
+        """Copy token rows to their experts' slots: ``x`` [tokens..., h] -> [E, c, h].
+
+        ``weights`` [tokens..., E] (from :meth:`router`) says which k experts each
+        token goes to.  Each expert has c slots, c = tokens·k·cf/E with cf the
+        ``capacity_factor`` (``None``: dropless, cf = 1, the uniform-routing
+        average); c is an exact expression of the token dims.  Letters: tokens as
+        :meth:`_token_letters` (``bs``), ``e`` experts, ``c`` slots, ``h`` the row.
+        ``attrs`` record how token letters map to the slot letter, so expert
+        parallel can turn the token→expert regrouping into an all-to-all.
+
+        A copy: 0 FLOPs.  Bytes: the k rows read per token, the E·c rows written,
+        and the k int32 expert indices per token.
+        """
+        k = sym.expr(k)
+        cf = sp.Integer(1) if capacity_factor is None else sp.nsimplify(capacity_factor, rational=True)
+        if cf <= 0:
+            raise ValueError(f"dispatch {name}: capacity_factor={capacity_factor!r} must be positive")
+        tok = self._token_letters(x.rank)
+        experts = weights.shape[-1]
+        capacity = sym.product(x.shape[:-1]) * k * cf / experts
+        item = x.itemsize
+        (out,) = self.op(
+            "fused",
+            f"{tok}h,{tok}e->ech",
+            [x, weights],
+            [(experts, capacity, x.shape[-1])],
+            name=name,
+            fn="moe_dispatch",
+            byte_terms=[(k * item, tok + "h"), (item, "ech"), (4 * k, tok)],
+            out_dtypes=[x.dtype],
+            out_tags=[tags],
+            attrs={"moe": "dispatch", "token_letters": tok, "slot_letter": "c", "expert_letter": "e",
+                   "experts_per_token": k, "capacity_factor": cf, "capacity": capacity,
+                   "dropless": capacity_factor is None},
+        )
+        return out
+
+    def combine(self, expert_out: Tensor, weights: Tensor, *, k, name: str = "combine",
+                tags: Iterable[str] = ()) -> Tensor:
+        """Weighted sum of each token's k expert outputs: [E, c, h] -> [tokens..., h].
+
+        The inverse regrouping of :meth:`dispatch` (same letters and ``attrs``),
+        scaled by the routing ``weights`` [tokens..., E].  FLOPs:
+        :data:`kernels.COMBINE` per element of the k·tokens·h rows combined.
+        Bytes: those rows read, the k weights and int32 indices per token read,
+        the output written.
+        """
+        k = sym.expr(k)
+        tok = self._token_letters(weights.rank)
+        item = expert_out.itemsize
+        (out,) = self.op(
+            "fused",
+            f"ech,{tok}e->{tok}h",
+            [expert_out, weights],
+            name=name,
+            fn="moe_combine",
+            flop_terms=[(kernels.COMBINE[0] * k, tok + "h", OTHER)],
+            byte_terms=[(k * item, tok + "h"), (k * (weights.itemsize + 4), tok), (item, tok + "h")],
+            out_dtypes=[expert_out.dtype],
+            out_tags=[tags],
+            attrs={"moe": "combine", "token_letters": tok, "slot_letter": "c", "expert_letter": "e",
+                   "experts_per_token": k},
+        )
+        return out
+
+    def concat(self, xs: Sequence[Tensor], spec: str, out_shape: Sequence, *, name: str = "concat") -> Tensor:
+        """A view joining tensors along one dim (no kernel, no cost), e.g. ``"bsan,bsap->bsaz"``.
+
+        The joined dim is the one output letter no input has; each input has
+        exactly one letter the output lacks (its part of the joined dim).  An
+        input may lack other output letters: it is broadcast along them (MLA's
+        shared rope key joins every head), and its gradient is summed over them.
+        """
+        ins, (to,) = parse_spec(spec)
+        joined = [c for c in to if not any(c in term for term in ins)]
+        if len(joined) != 1:
+            raise ValueError(f"concat {spec!r}: exactly one output letter must be new, got {joined}")
+        parts = []
+        for term in ins:
+            own = [c for c in term if c not in to]
+            if len(own) != 1:
+                raise ValueError(f"concat {spec!r}: input {term!r} must have exactly one letter of its own")
+            parts.append(own[0])
+        joined_size = sym.expr(tuple(out_shape)[to.index(joined[0])])
+        total = sum((x.shape[term.index(p)] for x, term, p in zip(xs, ins, parts)), sp.Integer(0))
+        if sp.expand(total - joined_size) != 0:
+            raise ValueError(f"concat {spec!r}: the parts sum to {total}, the joined dim is {joined_size}")
+        (out,) = self.op("view", spec, list(xs), [out_shape], name=name, fn="concat",
+                         out_dtypes=[xs[0].dtype], attrs={"joined_letter": joined[0], "part_letters": parts})
+        return out

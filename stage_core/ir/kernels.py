@@ -60,3 +60,33 @@ REDUCTION_SUM = 1
 #   p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p)   6
 #   bf16 copy of p                           0
 ADAM_FLOPS = 15
+
+# --------------------------------------------------------------------------- mixture of experts
+# (appended for the MoE kernels: GraphBuilder.router, .dispatch, .combine)
+
+# sigmoid: exp, +1, reciprocal = 3; bwd recomputes s from the saved input (3), then
+# dy * s * (1 - s) (3)
+ELEMENTWISE["sigmoid"] = (3, 6)
+
+# Router scores, per element of the [tokens, E] logits (fwd, bwd):
+#   softmax: max, sub, exp, sum, divide = 5 (no scale, no mask); bwd y*(dy - sum(dy*y)) = 4
+#   sigmoid: exp, +1, reciprocal = 3; bwd dy * s * (1 - s) = 3 (s saved)
+ROUTER_SCORE = {"softmax": (5, 4), "sigmoid": (3, 3)}
+# Top-k selection, per score: one comparison per candidate in a single selection pass
+# (fwd); backward scatters the k weight gradients into place (no arithmetic).
+ROUTER_TOPK = (1, 0)
+# Adding a per-expert selection bias before top-k (DeepSeek-V3's aux-loss-free
+# balancing), per score; it does not touch the weights, so no backward.
+ROUTER_SELECTION_BIAS = (1, 0)
+# Renormalising the k selected weights to sum to one, per selected weight:
+# fwd sum + divide = 2; bwd dw = (dy - sum(dy*y)) / sum: mul, sum, sub, divide ~ 3
+ROUTER_TOPK_NORM = (2, 3)
+# Scaling the selected weights by a constant (DeepSeek-V3's routed_scaling_factor)
+ROUTER_SCALE = (1, 1)
+
+# Dispatch is a copy of token rows into expert slots: 0 FLOPs.  Its backward sums the
+# k slot gradients of each token row: k - 1 adds per element of the token rows.
+# Combine: y = sum_j w_j * out_j over the k experts of a token: a multiply and an add
+# per element of the k·tokens·h rows it combines (fwd 2).  Backward: d out_j = w_j * dy
+# (1) and d w_j = sum_h dy * out_j (2), per element of the same k·tokens·h rows (3).
+COMBINE = (2, 3)

@@ -69,7 +69,8 @@ def node_attrs(node: ProgramNode) -> list[AttrOrSlot]:
     elif kind == NodeType.COMM_COLL:
         if node.comm_type is None:
             raise ValueError("collective without comm_type")
-        out += [_attr("comm_type", int(node.comm_type)), _attr("comm_size", node.comm_size)]
+        out += [_attr("comm_type", index(node.comm_type)),
+                _attr("comm_size", node.comm_size)]
         if node.group is not None:  # no group: ASTRA-sim's all-ranks group
             out.append(_slot("pg_name", "group", node.group))
     elif kind in (NodeType.COMM_SEND, NodeType.COMM_RECV):

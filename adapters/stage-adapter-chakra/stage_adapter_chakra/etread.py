@@ -1,4 +1,4 @@
-"""Decode Chakra ET files (a GlobalMetadata record, then Node records)."""
+"""The ``chakra`` backend's reader: decode Chakra ET files and directories of them."""
 
 from __future__ import annotations
 

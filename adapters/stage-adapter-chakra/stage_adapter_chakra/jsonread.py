@@ -1,4 +1,4 @@
-"""Decode ``chakra-json`` files back into STAGE's records."""
+"""The ``chakra-json`` backend's reader: decode its files and directories of them."""
 
 from __future__ import annotations
 

@@ -19,12 +19,9 @@ PACKAGE = "ChakraProtoMsg"
 ET_VERSION = "0.0.4"
 
 
-def _load_pool() -> descriptor_pool.DescriptorPool:
+def _serialized_schema() -> bytes:
     text = resources.files(__package__).joinpath("et_def.proto").read_text("utf-8")
-    fdp = protoparse.parse(text, "stage_adapter_chakra/et_def.proto")
-    pool = descriptor_pool.DescriptorPool()
-    pool.AddSerializedFile(fdp.SerializeToString())
-    return pool
+    return protoparse.parse(text, "stage_adapter_chakra/et_def.proto").SerializeToString()
 
 
 def _message_class(descriptor):
@@ -34,12 +31,27 @@ def _message_class(descriptor):
     return message_factory.MessageFactory(descriptor.file.pool).GetPrototype(descriptor)
 
 
-POOL = _load_pool()
+def _all_classes(descriptors) -> dict:
+    out = {}
+    for desc in descriptors:
+        out[desc.full_name] = _message_class(desc)
+        out.update(_all_classes(desc.nested_types))
+    return out
+
+
+SERIALIZED_SCHEMA = _serialized_schema()
+POOL = descriptor_pool.DescriptorPool()
+_FILE = POOL.AddSerializedFile(SERIALIZED_SCHEMA) or POOL.FindFileByName(
+    "stage_adapter_chakra/et_def.proto")
+# Every class is made now and kept: protobuf 4.22-4.24 (upb) can crash on the first
+# access to a sub-message field whose class was never made (protocolbuffers/protobuf
+# issue 12047), and the serialized schema is kept alive as generated code keeps its own.
+CLASSES = _all_classes(_FILE.message_types_by_name.values())
 
 
 def message(name: str):
     """The message class ``ChakraProtoMsg.<name>``."""
-    return _message_class(POOL.FindMessageTypeByName(f"{PACKAGE}.{name}"))
+    return CLASSES[f"{PACKAGE}.{name}"]
 
 
 def enum_names(name: str) -> dict[int, str]:

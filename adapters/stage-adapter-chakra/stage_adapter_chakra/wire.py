@@ -89,7 +89,6 @@ ATTR_VALUE = {
 }
 
 
-
 def check(kind: str, value: Any) -> int | str | bool:
     """Check ``value`` fits oneof member ``kind``; return it as a plain Python value."""
     encode = ATTR_VALUE[kind][1]

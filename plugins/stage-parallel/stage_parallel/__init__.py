@@ -1,0 +1,1 @@
+"""STAGE's standard parallel strategies, declared as placements."""

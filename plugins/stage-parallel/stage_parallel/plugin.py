@@ -1,0 +1,23 @@
+"""Registers the standard strategies with STAGE."""
+
+from stage_core import hookimpl
+from stage_core.records import StrategySpec
+
+from . import strategies as s
+
+
+@hookimpl
+def stage_strategies():
+    return [
+        StrategySpec("dp", "dp", s.validate_dp, s.apply_dp, order=10,
+                     description="data parallel: batch split, gradients all-reduced once per step in buckets"),
+        StrategySpec("tp", "tp", s.validate_tp, s.apply_tp, order=20,
+                     description="Megatron tensor parallel: column/row parallel attention and MLP, vocab-parallel "
+                                 "embedding, head and cross-entropy"),
+        StrategySpec("sp", "tp", s.validate_sp, s.apply_sp, order=30,
+                     description="Megatron sequence parallel: norms and dropout on s/t, all-gather/reduce-scatter"),
+        StrategySpec("zero", "dp", s.validate_zero, s.apply_zero, order=40,
+                     description="ZeRO stages 1-3 (3 = FSDP): optimizer, gradients, parameters sharded over dp"),
+        StrategySpec("recompute", None, s.validate_recompute, s.apply_recompute, order=50,
+                     description="activation recompute: selective (attention core) or full (whole layer)"),
+    ]

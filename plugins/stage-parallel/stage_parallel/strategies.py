@@ -1,0 +1,111 @@
+"""Each strategy states placements and checks degrees; no strategy writes a collective.
+
+The collectives follow from these facts in the core's propagation
+(stage_core.parallel.propagate): a sharded batch dim contracted by a weight
+gradient becomes Partial and reduces in the gradient sync; a weight sharded on
+its output features makes its einsum column parallel, on its input features row
+parallel, and the Partial result is all-reduced (or reduce-scattered under
+sequence parallel) where the residual stream wants it.
+"""
+
+from __future__ import annotations
+
+from stage_core.parallel import FLAT, Replicate, Shard, ShardedGraph, divisors
+
+#: dims tensor parallel shards, first match per parameter: query groups (Megatron
+#: shards attention by KV group so each rank keeps whole groups), heads where a
+#: layer has no groups (MLA), the FFN widths, the vocabulary
+TP_DIMS = ("g", "a", "f", "fs", "fe", "V")
+
+
+def _need_divides(what: str, flag: str, degree: int, dims: dict, names) -> list[str]:
+    out = []
+    for name in names:
+        value = dims.get(name)
+        if value is not None and value % degree:
+            valid = ", ".join(str(d) for d in divisors(value) if d <= 1024)
+            out.append(f"{flag} {degree}: {what} needs it to divide {name} = {value}; valid {flag}: {valid}")
+    return out
+
+
+# --------------------------------------------------------------------------- dp
+
+
+def validate_dp(graph, plan) -> list[str]:
+    return []
+
+
+def apply_dp(sg: ShardedGraph, mesh, plan) -> ShardedGraph:
+    sg.shard_inputs("dp", "b")  # each replica gets its own sequences
+    sg.grad_target["dp"] = Replicate()  # gradients all-reduced once per step
+    return sg
+
+
+# --------------------------------------------------------------------------- tp
+
+
+def validate_tp(graph, plan) -> list[str]:
+    if plan.tp == 1:
+        return []
+    return _need_divides("tensor parallel", "--tp", plan.tp, graph.dims, TP_DIMS)
+
+
+def apply_tp(sg: ShardedGraph, mesh, plan) -> ShardedGraph:
+    if plan.tp == 1:
+        return sg
+    sg.shard_params("tp", TP_DIMS)
+    if not plan.sp:
+        sg.hint("residual", "tp", Replicate())  # the residual stream is whole on every TP rank
+    return sg
+
+
+# --------------------------------------------------------------------------- sp
+
+
+def validate_sp(graph, plan) -> list[str]:
+    if not plan.sp:
+        return []
+    if plan.seq_len and plan.seq_len % plan.tp:
+        valid = ", ".join(str(d) for d in divisors(plan.seq_len) if d <= 1024)
+        return [f"--sp with --tp {plan.tp}: the sequence length {plan.seq_len} must divide by tp; valid --tp: {valid}"]
+    return []
+
+
+def apply_sp(sg: ShardedGraph, mesh, plan) -> ShardedGraph:
+    if plan.sp:
+        sg.hint("residual", "tp", Shard("s"))  # norms and dropout run on s/t tokens
+    return sg
+
+
+# --------------------------------------------------------------------------- zero
+
+
+def validate_zero(graph, plan) -> list[str]:
+    return []
+
+
+def apply_zero(sg: ShardedGraph, mesh, plan) -> ShardedGraph:
+    stage = plan.zero
+    if stage >= 1:
+        sg.optimizer_sharded.add("dp")
+        sg.grad_target["dp"] = Shard(FLAT)  # reduce-scatter: each rank updates its shard
+    if stage >= 2:
+        sg.grad_storage_sharded.add("dp")
+    if stage >= 3:
+        for p in sg.graph.params:
+            layout = dict(sg.compute_layout(p))
+            layout["dp"] = Shard(FLAT)  # stored sharded, gathered where used
+            sg.param_storage[p] = layout
+    return sg
+
+
+# --------------------------------------------------------------------------- recompute
+
+
+def validate_recompute(graph, plan) -> list[str]:
+    return []
+
+
+def apply_recompute(sg: ShardedGraph, mesh, plan) -> ShardedGraph:
+    sg.recompute = plan.recompute
+    return sg

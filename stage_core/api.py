@@ -1,0 +1,239 @@
+"""The whole flow, as functions: model -> training graph -> placements -> programs -> files.
+
+    host = PluginHost()
+    result = plan_job(host, "gpt-tiny", {}, Plan(dp=8))
+    write_trace_set(host, result, Path("traces"), "chakra")
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from . import __version__
+from .autodiff import OptimizerConfig, differentiate
+from .errors import TraceError, UsageError
+from .ir.graph import Graph
+from .parallel.lower import ClassReport, lower
+from .parallel.mesh import GroupTable, Mesh
+from .parallel.placement import ShardedGraph
+from .parallel.plan import Plan
+from .parallel.propagate import propagate
+from .plugins import PluginHost
+from .records import ModelSpec
+from .trace import TraceJob
+
+DEFAULT_MODEL = "gpt-tiny"
+DEFAULT_PLAN = Plan(dp=8)
+
+#: which strategy a plan setting asks for
+REQUESTED = {
+    "dp": lambda p: p.dp > 1,
+    "tp": lambda p: p.tp > 1,
+    "sp": lambda p: p.sp,
+    "cp": lambda p: p.cp > 1,
+    "ep": lambda p: p.ep > 1,
+    "pp": lambda p: p.pp > 1,
+    "zero": lambda p: p.zero > 0,
+    "recompute": lambda p: p.recompute != "none",
+}
+
+
+@dataclass
+class Result:
+    spec: ModelSpec
+    config: Any
+    plan: Plan
+    forward: Graph
+    training: Graph
+    sharded: ShardedGraph
+    job: TraceJob
+    reports: list[ClassReport]
+    manifest: dict
+
+
+# --------------------------------------------------------------------------- model
+
+
+def load_json_config(path: Path) -> dict:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UsageError(f"--model {path}: cannot read it ({exc.strerror})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--model {path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"--model {path}: expected a JSON object (a Hugging Face config.json)")
+    return data
+
+
+def resolve_model(host: PluginHost, model: str, overrides: Mapping[str, str] | None = None):
+    """(ModelSpec, config) for a preset name or a path to a Hugging Face config.json."""
+    path = Path(model)
+    if model.endswith(".json") or path.is_file():
+        data = load_json_config(path)
+        config = host.config_from_hf(data)
+        if config is None:
+            types = ", ".join(host.hf_model_types()) or "none (no model plugin installed)"
+            raise UsageError(
+                f"--model {model}: model_type {data.get('model_type')!r} is not supported; "
+                f"supported model_types: {types}{host.broken_hint()}"
+            )
+        spec = host.family(config.family)
+    else:
+        spec, config = host.preset(model)
+    if overrides:
+        if hasattr(config, "with_overrides"):
+            config = config.with_overrides(dict(overrides))
+        else:
+            merged = dict(config.to_dict())
+            merged.update(overrides)
+            config = spec.from_dict(merged)
+    return spec, config
+
+
+# --------------------------------------------------------------------------- plan
+
+
+def _strategies(host: PluginHost, plan: Plan):
+    registered = {s.name: s for s in host.strategies()}
+    missing = [name for name, asked in REQUESTED.items() if asked(plan) and name not in registered]
+    if missing:
+        raise UsageError(
+            f"the plan asks for {', '.join(missing)} but no installed plugin provides "
+            f"{'that strategy' if len(missing) == 1 else 'those strategies'} "
+            f"(install stage-parallel){host.broken_hint()}"
+        )
+    return sorted(registered.values(), key=lambda s: (s.order, s.name))
+
+
+def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[str, str] | None = None,
+             plan: Plan = DEFAULT_PLAN) -> Result:
+    """Everything up to the files: the programs, their reports and the manifest."""
+    plan.check_basic()
+    spec, config = resolve_model(host, model, overrides)
+    seq_len = plan.seq_len or getattr(config, "seq_len", None)
+    if not seq_len:
+        raise UsageError(f"model {config.name} has no default sequence length; give --seq-len")
+    plan = plan.replace(seq_len=int(seq_len))
+    if plan.schedule not in {s.name for s in host.schedules()}:
+        known = ", ".join(s.name for s in host.schedules())
+        raise UsageError(f"--schedule {plan.schedule}: unknown schedule; known: {known}")
+    strategies = _strategies(host, plan)
+
+    forward = spec.build(config)
+    problems = []
+    for s in strategies:
+        problems += list(s.validate(forward, plan))
+    if problems:
+        raise UsageError(problems[0] if len(problems) == 1 else "; ".join(problems))
+
+    training = differentiate(forward, OptimizerConfig(state_dtype=plan.optimizer_dtype))
+    mesh = Mesh.from_plan(plan)
+    sharded = ShardedGraph(training, {a: plan.degree(a) for a in ("tp", "cp", "dp", "pp", "ep")})
+    for s in strategies:
+        sharded = s.apply(sharded, mesh, plan) or sharded
+        sharded.applied.append(s.name)
+    prop = propagate(sharded)
+    dims = dict(forward.dims)
+    # the graph is the whole job's micro-batch: dp splits b back to micro_batch_size per rank
+    dims.update(b=plan.micro_batch_size * plan.dp, s=plan.seq_len)
+    lowered = lower(prop, plan, mesh, dims)
+    groups = GroupTable(mesh, lowered.group_keys)
+    manifest = make_manifest(config, plan, mesh.world_size, lowered.reports)
+    job = TraceJob(
+        programs=lowered.programs,
+        world_size=mesh.world_size,
+        comm_groups=groups.groups,
+        group_name=groups.name,
+        peer_rank=mesh.peer,
+        manifest=manifest,
+        name=config.name,
+    )
+    return Result(spec, config, plan, forward, training, sharded, job, lowered.reports, manifest)
+
+
+def make_manifest(config, plan: Plan, world_size: int, reports: list[ClassReport]) -> dict:
+    return {
+        "stage_version": __version__,
+        "format": "chakra-et-0.0.4",
+        "units": {"compute": "FLOPs", "sizes": "bytes"},
+        "model": config.to_dict(),
+        "plan": {
+            "dp": plan.dp, "tp": plan.tp, "pp": plan.pp, "cp": plan.cp, "ep": plan.ep, "sp": plan.sp,
+            "zero": plan.zero, "recompute": plan.recompute, "schedule": plan.schedule,
+            "virtual_stages": plan.virtual_stages, "micro_batch_size": plan.micro_batch_size,
+            "micro_batches": plan.micro_batches, "seq_len": plan.seq_len, "order": plan.order,
+            "global_batch": plan.global_batch,
+        },
+        "world_size": world_size,
+        "rank_classes": [r.to_dict() for r in reports],
+    }
+
+
+# --------------------------------------------------------------------------- files
+
+
+def check_output_dir(out: Path) -> None:
+    """Fail early, with one line, when ``out`` cannot be written."""
+    parent = out.resolve().parent
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"-o {out}: exists and is not a folder")
+    probe = parent
+    while not probe.exists():
+        probe = probe.parent
+    if not os.access(probe, os.W_OK):
+        raise UsageError(f"-o {out}: cannot write in {probe} (permission denied)")
+
+
+def write_trace_set(host: PluginHost, result: Result, out: Path, fmt: str = "chakra", *, validate: bool = True) -> Path:
+    """Write the set into a temporary folder beside ``out``, check it, then rename it into place.
+
+    A failure at any point leaves ``out`` as it was (absent, or the previous set).
+    """
+    backend = host.backend(fmt)
+    check_output_dir(out)
+    parent = out.resolve().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    manifest = dict(result.manifest)
+    manifest["format"] = backend.format_id or backend.name
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
+    try:
+        backend.write(result.job, tmp)
+        (tmp / "comm_groups.json").write_text(json.dumps(result.job.comm_groups, indent=1) + "\n")
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        if validate and backend.read is not None:
+            from .validate import validate as run_checks
+
+            problems = run_checks(backend.read(tmp))
+            if problems:
+                raise TraceError([str(p) for p in problems])
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=parent))
+            os.replace(out, old / "set")
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def read_trace_set(host: PluginHost, directory: Path):
+    """Decode a trace set with the backend whose files it holds."""
+    if not directory.is_dir():
+        raise UsageError(f"{directory}: no such folder")
+    for b in host.backends():
+        if b.read is not None and b.detect is not None and b.detect(directory):
+            return b.read(directory)
+    known = ", ".join(b.name for b in host.backends()) or "none installed"
+    raise UsageError(f"{directory}: holds no trace set of a known format (formats: {known}){host.broken_hint()}")

@@ -1,0 +1,472 @@
+"""Lowering: a propagated training graph -> one concrete program per rank class.
+
+Numbers enter here, once: every size expression of the graph is compiled into one
+numeric function and evaluated for the plan's dims; local sizes divide the
+sharded letters by their degrees.  The program runs the schedule's steps (forward
+and backward of each micro-batch), each op with the collectives its placements
+need, then the gradient sync in buckets and the optimizer.  Programs name groups
+by axis key and peers by offset; a backend stamps them per rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from math import prod
+from typing import Iterable
+
+from .. import sym
+from ..errors import UsageError
+from ..ir import kernels
+from ..ir.ops import BACKWARD, FORWARD, MATMUL, Op
+from ..ir.tensor import DTYPE_BYTES, Role, Tensor
+from ..trace import COMM_KEYS, CollectiveType, NodeType, ProgramNode, RankProgram
+from .mesh import Mesh
+from .placement import FLAT, Partial, Replicate, Shard, layout_key
+from .plan import Plan
+from .propagate import OpPlan, Propagation, Redistribute
+
+
+@dataclass
+class ClassReport:
+    """What one rank of a class computes, holds and moves in one training step."""
+
+    ranks: tuple[int, ...]
+    flops: dict[str, int]
+    memory_bytes: dict[str, int]
+    comm_bytes: dict[str, int]
+    nodes: int = 0
+
+    def to_dict(self) -> dict:
+        return {
+            "ranks": list(self.ranks),
+            "flops": dict(self.flops),
+            "memory_bytes": dict(self.memory_bytes),
+            "comm_bytes": dict(self.comm_bytes),
+        }
+
+
+@dataclass
+class Lowered:
+    programs: list[RankProgram]
+    reports: list[ClassReport]
+    group_keys: set[str] = field(default_factory=set)
+
+
+class Sizes:
+    """Numeric values of every size expression the graph uses, evaluated once."""
+
+    def __init__(self, prop: Propagation, values: dict[str, int]):
+        g = prop.sharded.graph
+        exprs: dict = {}
+        for op in g.ops:
+            for e in op.letter_sizes.values():
+                exprs.setdefault(e, None)
+            for t in op.inputs + op.outputs:
+                for d in t.shape:
+                    exprs.setdefault(d, None)
+        for t in list(g.params) + list(g.inputs):
+            for d in t.shape:
+                exprs.setdefault(d, None)
+        keys = list(exprs)
+        try:
+            numbers = sym.Evaluator(keys)(values)
+        except ValueError as exc:
+            raise UsageError(f"model sizes do not come out whole for this plan: {exc}") from None
+        self.value = dict(zip(keys, numbers))
+        self.degrees = prop.sharded.degrees
+
+    def deg(self, axes: Iterable[str]) -> int:
+        n = 1
+        for a in axes:
+            n *= self.degrees.get(a, 1)
+        return n
+
+    def local_letters(self, op: Op, plan: OpPlan) -> dict[str, int]:
+        out = {}
+        for letter, e in op.letter_sizes.items():
+            size = self.value[e]
+            axes = plan.letter_axes.get(letter, ())
+            d = self.deg(axes)
+            if size % d:
+                raise UsageError(
+                    f"{'×'.join(axes)} degree {d} does not divide dim {e} = {size} used by op {op.name}; "
+                    f"choose a degree that divides {size}"
+                )
+            out[letter] = size // d
+        return out
+
+    def numel(self, t: Tensor, layout: dict | None = None) -> int:
+        n = 1
+        shards: dict[int, int] = {}
+        flat = 1
+        for axis, p in (layout or {}).items():
+            if isinstance(p, Shard):
+                if p.dim == FLAT:
+                    flat *= self.degrees.get(axis, 1)
+                else:
+                    shards[p.dim] = shards.get(p.dim, 1) * self.degrees.get(axis, 1)
+        for i, d in enumerate(t.shape):
+            size = self.value[d]
+            div = shards.get(i, 1)
+            if size % div:
+                raise UsageError(
+                    f"degree {div} does not divide dim {d} = {size} of tensor {t.name}; choose a degree that divides {size}"
+                )
+            n *= size // div
+        return -(-n // flat)
+
+    def nbytes(self, t: Tensor, layout: dict | None = None) -> int:
+        return self.numel(t, layout) * t.itemsize
+
+
+def _times(coeff, n: int) -> int:
+    """coeff * n for an int or sympy-rational coefficient, rounded down to whole FLOPs."""
+    if isinstance(coeff, int):
+        return coeff * n
+    frac = Fraction(int(coeff.p), int(coeff.q)) if hasattr(coeff, "p") else Fraction(coeff)
+    return int(frac * n)
+
+
+def _cost(op: Op, letters: dict[str, int]) -> tuple[int, int, int]:
+    """(matmul FLOPs, other FLOPs, bytes) of one op from its local letter sizes."""
+    mm = other = 0
+    for coeff, lets, kind in op.flop_terms:
+        value = _times(coeff, prod(letters[c] for c in lets))
+        if kind == MATMUL:
+            mm += value
+        else:
+            other += value
+    nbytes = sum(int(per) * prod(letters[c] for c in lets) for per, lets in op.byte_terms)
+    return mm, other, nbytes
+
+
+class _Program:
+    """Accumulates nodes with ids in emission order (a topological order)."""
+
+    def __init__(self):
+        self.nodes: list[ProgramNode] = []
+        self.flops = {"matmul": 0, "other": 0}
+        self.comm = {k: 0 for k in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send", "recv")}
+        self.step_tail: int | None = None  # last node of the previous schedule step
+        self.step_last: int | None = None
+
+    def _deps(self, deps) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        data = tuple(sorted(set(deps)))
+        ctrl: tuple[int, ...] = ()
+        if not data and self.step_tail is not None:
+            ctrl = (self.step_tail,)
+        return data, ctrl
+
+    def comp(self, name: str, mm: int, other: int, nbytes: int, deps) -> int:
+        data, ctrl = self._deps(deps)
+        nid = len(self.nodes)
+        kind = "matmul" if mm else "other"
+        # ASTRA-sim's roofline divides num_ops by a rate derived from num_ops/tensor_size:
+        # a kernel with no arithmetic (a gather) is written as 1 op so that it is timed
+        # by its bytes; reports count its real FLOPs (0).
+        self.nodes.append(ProgramNode(nid, name, NodeType.COMP, data, ctrl, num_ops=max(mm + other, 1),
+                                      tensor_size=max(nbytes, 1), flops_kind=kind))
+        self.flops["matmul"] += mm
+        self.flops["other"] += other
+        self.step_last = nid
+        return nid
+
+    def coll(self, name: str, kind: CollectiveType, size: int, group: str, deps) -> int:
+        data, ctrl = self._deps(deps)
+        nid = len(self.nodes)
+        self.nodes.append(ProgramNode(nid, name, NodeType.COMM_COLL, data, ctrl, comm_type=kind,
+                                      comm_size=size, group=group))
+        self.comm[COMM_KEYS[kind]] += size
+        self.step_last = nid
+        return nid
+
+    def end_step(self):
+        self.step_tail = self.step_last
+
+
+_SHORT = {
+    CollectiveType.ALL_REDUCE: "all_reduce",
+    CollectiveType.ALL_GATHER: "all_gather",
+    CollectiveType.REDUCE_SCATTER: "reduce_scatter",
+    CollectiveType.ALL_TO_ALL: "all_to_all",
+}
+
+
+class Lowerer:
+    def __init__(self, prop: Propagation, plan: Plan, mesh: Mesh, dims: dict[str, int]):
+        self.prop = prop
+        self.sg = prop.sharded
+        self.g = prop.sharded.graph
+        self.plan = plan
+        self.mesh = mesh
+        self.sizes = Sizes(prop, dims)
+        self.group_keys: set[str] = set()
+        self._costs: dict[Op, tuple[int, int, int]] = {}
+        self.fwd_ops = [op for op in self.g.ops if op.phase == FORWARD]
+        self.bwd_ops = [op for op in self.g.ops if op.phase == BACKWARD]
+        self.recompute_set = self._recompute_ops()
+
+    # ------------------------------------------------------------------ recompute
+    def _recompute_ops(self) -> set[Op]:
+        mode = self.sg.recompute
+        if mode == "full":
+            return {op for op in self.fwd_ops if op.layer is not None}
+        if mode == "selective":
+            return {op for op in self.fwd_ops if op.block == "attn_core"}
+        return set()
+
+    def _region_key(self, op: Op):
+        return (op.layer, "layer") if self.sg.recompute == "full" else (op.layer, op.block)
+
+    # ------------------------------------------------------------------ numbers
+    def cost(self, op: Op) -> tuple[int, int, int]:
+        got = self._costs.get(op)
+        if got is None:
+            got = _cost(op, self.sizes.local_letters(op, self.prop.plan(op)))
+            self._costs[op] = got
+        return got
+
+    def comm_size(self, r: Redistribute) -> int:
+        # ASTRA-sim's comm_size: all-reduce and all-to-all the full buffer per rank,
+        # reduce-scatter the full input per rank, all-gather the per-rank input shard:
+        # in every case the bytes of the tensor as it is before the collective.
+        return self.sizes.nbytes(r.tensor, r.before)
+
+    def key(self, axis: str) -> str:
+        self.group_keys.add(axis)
+        return axis
+
+    # ------------------------------------------------------------------ emission
+    def emit_op(self, prog: _Program, op: Op, versions: dict, tag: str, gathers: dict, phase: str) -> None:
+        plan = self.prop.plan(op)
+        if op.layer in gathers:
+            where = f"layer{op.layer}" if op.layer is not None else "outside_layers"
+            self.emit_param_gathers(prog, gathers.pop(op.layer), versions, f"{tag}.{where}")
+
+        def deps_of(t: Tensor, layout: dict) -> tuple[int, ...]:
+            return versions.get((t, layout_key(layout)), versions.get((t, None), ()))
+
+        for r in plan.pre:
+            if r.param_gather:
+                continue
+            src = deps_of(r.tensor, r.before)
+            if r.kind is None:
+                versions[(r.tensor, layout_key(r.after))] = src
+                continue
+            nid = prog.coll(f"{tag}.{op.name}:{_SHORT[r.kind]}.{r.axis}:{r.tensor.name}", r.kind,
+                            self.comm_size(r), self.key(r.axis), src)
+            versions[(r.tensor, layout_key(r.after))] = (nid,)
+
+        deps: list[int] = []
+        for t, layout in zip(op.inputs, plan.in_layouts):
+            deps.extend(deps_of(t, layout))
+        if op.kind == "view":
+            out_deps = tuple(sorted(set(deps)))
+        else:
+            mm, other, nbytes = self.cost(op)
+            nid = prog.comp(f"{tag}.{op.name}", mm, other, nbytes, deps)
+            last = nid
+            letters = None
+            for kind, axis, lets, per in plan.kernel_comms:
+                letters = letters or self.sizes.local_letters(op, plan)
+                size = per
+                for c in lets:
+                    size *= letters[c]
+                last = prog.coll(f"{tag}.{op.name}:{_SHORT[kind]}.{axis}", kind, size, self.key(axis), (last,))
+            out_deps = (last,)
+        for t, layout in zip(op.outputs, plan.out_layouts):
+            versions[(t, layout_key(layout))] = out_deps
+            versions[(t, None)] = out_deps
+        for r in plan.post:
+            src = deps_of(r.tensor, r.before)
+            if r.kind is None:
+                versions[(r.tensor, layout_key(r.after))] = src
+            else:
+                nid = prog.coll(f"{tag}.{op.name}:{_SHORT[r.kind]}.{r.axis}", r.kind, self.comm_size(r),
+                                self.key(r.axis), src)
+                versions[(r.tensor, layout_key(r.after))] = (nid,)
+            versions[(r.tensor, None)] = versions[(r.tensor, layout_key(r.after))]
+
+    def emit_param_gathers(self, prog: _Program, gathers: list[Redistribute], versions: dict, name: str):
+        """FSDP: one all-gather of all of a layer's parameters per axis, before the layer runs."""
+        by_axis: dict[str, list[Redistribute]] = {}
+        for r in gathers:
+            by_axis.setdefault(r.axis, []).append(r)
+        for axis, rs in by_axis.items():
+            size = sum(self.param_shard_bytes(r.tensor, r.before) for r in rs)
+            nid = prog.coll(f"{name}:all_gather.{axis}:params", CollectiveType.ALL_GATHER, size, self.key(axis), ())
+            for r in rs:
+                versions[(r.tensor, layout_key(r.after))] = (nid,)
+
+    def param_shard_bytes(self, t: Tensor, layout: dict) -> int:
+        return self.sizes.nbytes(t, layout)
+
+    def layer_gathers(self) -> dict:
+        """FSDP units: per layer (None = outside the layers), the gathers of every
+        parameter its forward uses; the same unit is gathered again for backward."""
+        out: dict = {}
+        for op in self.fwd_ops:
+            for r in self.prop.plan(op).pre:
+                if r.param_gather:
+                    lst = out.setdefault(op.layer, [])
+                    if all(x.tensor is not r.tensor or x.axis != r.axis for x in lst):
+                        lst.append(r)
+        return out
+
+    # ------------------------------------------------------------------ one program
+    def program(self) -> tuple[_Program, dict]:
+        prog = _Program()
+        m_total = self.plan.micro_batches
+        last_writer: dict[Tensor, tuple[int, ...]] = {}
+        units = self.layer_gathers()
+        for m in range(m_total):
+            versions: dict = {}
+            tag = f"mb{m}"
+            gathers = dict(units)
+            for op in self.fwd_ops:
+                self.emit_op(prog, op, versions, f"{tag}.fwd", gathers, FORWARD)
+            prog.end_step()
+            gathers = dict(units)  # backward gathers each unit again (recompute uses that gather)
+            recomputed: set = set()
+            for op in self.bwd_ops:
+                fwd = op.forward_op
+                if fwd is not None and fwd in self.recompute_set:
+                    region = self._region_key(fwd)
+                    if region not in recomputed:
+                        recomputed.add(region)
+                        for f in self.fwd_ops:
+                            if f in self.recompute_set and self._region_key(f) == region:
+                                self.emit_op(prog, f, versions, f"{tag}.recompute", gathers, BACKWARD)
+                self.emit_op(prog, op, versions, f"{tag}.bwd", gathers, BACKWARD)
+            for p, gt in self.g.grads.items():
+                if (gt, None) in versions:
+                    last_writer[p] = versions[(gt, None)]
+            prog.end_step()
+        return prog, last_writer
+
+    # ------------------------------------------------------------------ gradient sync and optimizer
+    def bucket_size(self) -> int:
+        if self.plan.bucket_params is not None:
+            return self.plan.bucket_params
+        # Megatron-Core DDP: max(40M, 1M * data-parallel size) parameters per bucket
+        return max(40_000_000, 1_000_000 * self.plan.dp)
+
+    def grad_sync(self, prog: _Program, last_writer: dict) -> None:
+        sg = self.sg
+        prop = self.prop
+        dp_axes = [a for a in ("cp", "dp") if sg.active(a) and a in sg.grad_target]
+        dp_key = "+".join(dp_axes) if dp_axes else None
+        dp_deg = self.sizes.deg(dp_axes)
+        grad_item = DTYPE_BYTES[self.plan.grad_comm_dtype]
+        # the order in which gradients become final in backward
+        order = sorted(self.g.params, key=lambda p: last_writer.get(p, (0,))[-1] if last_writer.get(p) else 0)
+        buckets: list[list[Tensor]] = []
+        cur: list[Tensor] = []
+        count = 0
+        limit = self.bucket_size()
+        for p in order:
+            cur.append(p)
+            count += self.sizes.numel(p, sg.compute_layout(p))
+            if count >= limit:
+                buckets.append(cur)
+                cur, count = [], 0
+        if cur:
+            buckets.append(cur)
+
+        # gradients still Partial over tp (sequence-parallel norms and biases): one
+        # coalesced all-reduce over tp, as Megatron's finalize_model_grads does
+        tp_partial = []
+        for p in self.g.params:
+            gt = self.g.grads[p]
+            producer = prop.produced.get(gt, {})
+            if isinstance(producer.get("tp"), Partial):
+                tp_partial.append(p)
+
+        kind = None
+        if dp_key:
+            target = sg.grad_target.get(dp_axes[-1])
+            kind = CollectiveType.REDUCE_SCATTER if isinstance(target, Shard) else CollectiveType.ALL_REDUCE
+        opt_shard = self.sizes.deg(a for a in sg.optimizer_sharded if sg.active(a))
+        params_replicated = not any(
+            isinstance(sg.storage_layout(p).get(a), Shard) for p in self.g.params for a in dp_axes)
+        for i, bucket in enumerate(buckets):
+            numel = sum(self.sizes.numel(p, sg.compute_layout(p)) for p in bucket)
+            deps = [d for p in bucket for d in last_writer.get(p, ())]
+            sync = deps
+            if dp_key and kind is not None:
+                padded = -(-numel // dp_deg) * dp_deg if kind == CollectiveType.REDUCE_SCATTER else numel
+                nid = prog.coll(f"grad_sync.bucket{i}:{_SHORT[kind]}.{dp_key}", kind, padded * grad_item,
+                                self.key(dp_key), deps)
+                sync = [nid]
+            if tp_partial and i == len(buckets) - 1:
+                size = sum(self.sizes.numel(p, sg.compute_layout(p)) for p in tp_partial) * grad_item
+                nid = prog.coll("grad_sync.sequence_parallel:all_reduce.tp", CollectiveType.ALL_REDUCE, size,
+                                self.key("tp"), sync)
+                sync = [nid]
+            local = -(-numel // opt_shard)
+            state = self.g.opt_state[bucket[0]] if bucket else ()
+            state_bytes = sum(2 * DTYPE_BYTES[t.dtype] for t in state)
+            param_item = bucket[0].itemsize
+            nid = prog.comp(f"optimizer.bucket{i}:adam", 0, kernels.ADAM_FLOPS * local,
+                            local * (grad_item + state_bytes + param_item), sync)
+            if dp_key and opt_shard > 1 and params_replicated:
+                # the updated shards go back to every replica (ZeRO-1/2); sharded
+                # parameters (ZeRO-3) stay sharded and are gathered where used
+                prog.coll(f"optimizer.bucket{i}:all_gather.{dp_key}:params", CollectiveType.ALL_GATHER,
+                          local * param_item, self.key(dp_key), [nid])
+
+    # ------------------------------------------------------------------ memory
+    def memory(self) -> dict[str, int]:
+        sg = self.sg
+        params = sum(self.sizes.nbytes(p, sg.storage_layout(p)) for p in self.g.params)
+        grad_layout_extra = {a: Shard(FLAT) for a in sg.grad_storage_sharded if sg.active(a)}
+        grads = 0
+        for p in self.g.params:
+            layout = dict(sg.compute_layout(p))
+            layout.update(grad_layout_extra)
+            grads += self.sizes.nbytes(self.g.grads[p], layout)
+        opt_extra = {a: Shard(FLAT) for a in sg.optimizer_sharded if sg.active(a)}
+        optimizer = 0
+        for p in self.g.params:
+            layout = dict(sg.compute_layout(p))
+            layout.update(opt_extra)
+            for t in self.g.opt_state[p]:
+                optimizer += self.sizes.nbytes(t, layout)
+        acts = self.activation_bytes() * self.in_flight()
+        return {"parameters": params, "gradients": grads, "optimizer": optimizer, "activations": acts,
+                "total": params + grads + optimizer + acts}
+
+    def in_flight(self) -> int:
+        return 1  # pipeline schedules hold more; with pp = 1 one micro-batch at a time
+
+    def saved_tensors(self) -> dict[Tensor, dict]:
+        """Activations kept for backward (as produced), excluding what recompute redoes."""
+        out: dict[Tensor, dict] = {}
+        inside = {t for op in self.recompute_set for t in op.outputs}
+        for op in self.fwd_ops:
+            for t in op.saved:
+                if t.role is not Role.ACTIVATION or t in inside:
+                    continue
+                out[t] = self.prop.produced.get(t, {})
+        return out
+
+    def activation_bytes(self) -> int:
+        return sum(self.sizes.nbytes(t, layout) for t, layout in self.saved_tensors().items())
+
+    # ------------------------------------------------------------------ all
+    def run(self) -> Lowered:
+        prog, last_writer = self.program()
+        self.grad_sync(prog, last_writer)
+        ranks = tuple(range(self.mesh.world_size))
+        flops = dict(prog.flops)
+        flops["total"] = flops["matmul"] + flops["other"]
+        report = ClassReport(ranks, flops, self.memory(), dict(prog.comm), nodes=len(prog.nodes))
+        program = RankProgram(ranks, tuple(prog.nodes), label="stage0")
+        return Lowered([program], [report], set(self.group_keys))
+
+
+def lower(prop: Propagation, plan: Plan, mesh: Mesh, dims: dict[str, int]) -> Lowered:
+    if plan.pp > 1:
+        raise UsageError("--pp above 1: pipeline parallel lowering is not available yet in this version (use --pp 1)")
+    return Lowerer(prop, plan, mesh, dims).run()

@@ -1,0 +1,98 @@
+"""The parallel plan: degrees, strategies' switches, batch shape, dtypes."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from ..errors import UsageError
+
+AXES = ("tp", "cp", "ep", "dp", "pp")
+DEFAULT_ORDER = "tp-cp-ep-dp-pp"
+RECOMPUTE = ("none", "selective", "full")
+ZERO_STAGES = (0, 1, 2, 3)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one training step is run across GPUs.
+
+    The global batch is ``micro_batch_size * micro_batches * dp`` sequences of
+    ``seq_len`` tokens; cp splits each sequence.  World size is ``tp*cp*dp*pp``; ep
+    is carved out of ``dp*cp`` (Megatron-Core's expert view of the same ranks).
+    """
+
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    sp: bool = False
+    zero: int = 0
+    recompute: str = "none"
+    schedule: str = "1f1b"
+    virtual_stages: int = 1
+    seq_len: int | None = None
+    micro_batch_size: int = 1
+    micro_batches: int = 1
+    order: str = DEFAULT_ORDER
+    grad_comm_dtype: str = "bf16"
+    optimizer_dtype: str = "fp32"
+    bucket_params: int | None = None  # gradient bucket size in parameters; None = Megatron's default
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.cp * self.dp * self.pp
+
+    @property
+    def global_batch(self) -> int:
+        return self.micro_batch_size * self.micro_batches * self.dp
+
+    def degree(self, axis: str) -> int:
+        return getattr(self, axis)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def replace(self, **kw) -> "Plan":
+        return dataclasses.replace(self, **kw)
+
+    def check_basic(self) -> None:
+        """Checks that need no model: positive degrees, known names, a valid order."""
+        for name in ("dp", "tp", "pp", "cp", "ep", "virtual_stages", "micro_batch_size", "micro_batches"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                flag = name.replace("_", "-")
+                raise UsageError(f"--{flag} {value}: must be a positive integer (1 or more)")
+        if self.seq_len is not None and (not isinstance(self.seq_len, int) or self.seq_len < 1):
+            raise UsageError(f"--seq-len {self.seq_len}: must be a positive integer")
+        if self.zero not in ZERO_STAGES:
+            raise UsageError(f"--zero {self.zero}: valid stages are 0, 1, 2, 3")
+        if self.recompute not in RECOMPUTE:
+            raise UsageError(f"--recompute {self.recompute}: valid values are {', '.join(RECOMPUTE)}")
+        parts = self.order.split("-")
+        if sorted(parts) != sorted(AXES):
+            raise UsageError(
+                f"--order {self.order}: must name each of {', '.join(AXES)} once, joined by '-', "
+                f"fastest-varying first (default {DEFAULT_ORDER})"
+            )
+        if self.sp and self.tp == 1:
+            raise UsageError("--sp needs --tp above 1 (sequence parallel splits the sequence over the TP group)")
+        if self.ep > 1 and (self.dp * self.cp) % self.ep:
+            raise UsageError(
+                f"--ep {self.ep}: expert parallel is carved out of dp*cp = {self.dp * self.cp}; "
+                f"ep must divide it (valid: {', '.join(str(d) for d in divisors(self.dp * self.cp))})"
+            )
+        if self.virtual_stages > 1 and self.pp == 1:
+            raise UsageError("--virtual-stages above 1 needs --pp above 1")
+        if self.zero and self.dp == 1:
+            raise UsageError(f"--zero {self.zero} shards model state over data parallel ranks; it needs --dp above 1")
+        if self.grad_comm_dtype not in ("bf16", "fp16", "fp32"):
+            raise UsageError(f"grad_comm_dtype {self.grad_comm_dtype}: valid are bf16, fp16, fp32")
+        if self.optimizer_dtype not in ("fp32", "bf16"):
+            raise UsageError(f"optimizer_dtype {self.optimizer_dtype}: valid are fp32, bf16")
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+

@@ -1,0 +1,312 @@
+"""Sharding propagation: from declared placements to every op's layouts and collectives.
+
+Per mesh axis, each op's inputs arrive as Replicate, Partial or Shard on one of
+the op's index letters.  The rules (WORKED-EXAMPLES.md):
+
+1. Partial inputs: an op that is a sum of its inputs (``partial_ok``) passes
+   all-Partial inputs through.  Otherwise each Partial input is reduced first:
+   to Shard on the letter the op's output wants (a hint), or that another input is
+   sharded on, by reduce-scatter; else to Replicate, by all-reduce.
+2. Different letters sharded on one axis: parameters keep theirs (they are
+   pinned to their compute placement), then the output's hint decides, then the
+   first input.  The other inputs move: to Shard on the kept letter by all-to-all
+   if they have it, else to Replicate by all-gather.
+3. Replicated inputs that have the kept letter are sliced locally (free).
+4. A kept letter the op needs whole (normalised, softmaxed over) is gathered,
+   unless the kernel declares how it works sharded (vocabulary-parallel
+   cross-entropy all-reduces three small tensors).
+5. Outputs: Shard where the kept letter appears; Partial where the op sums over
+   it (``linear_reduce``); a letter only in an output follows the output's hint.
+
+Outputs then move to their hint (a tagged activation's wanted placement, or for
+an activation's gradient the placement of that activation) right after the op.
+Gradients of parameters stay Partial until the gradient sync after the last
+micro-batch.  A redistribution is reused by later ops of the same phase; backward
+redoes what forward did (Megatron re-gathers the sequence-parallel input of a
+column-parallel linear for its weight gradient instead of keeping it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..ir.graph import Graph
+from ..ir.ops import FORWARD, OPTIMIZER, Op, parse_spec
+from ..ir.tensor import Role, Tensor
+from ..trace import CollectiveType
+from .mesh import RANK_AXES
+from .placement import P, Partial, Replicate, Shard, ShardedGraph, dim_position, layout_key, transition_kind
+
+
+@dataclass
+class Redistribute:
+    """One collective (or free local slice) on one axis, turning ``before`` into ``after``."""
+
+    tensor: Tensor
+    axis: str
+    kind: CollectiveType | None
+    before: dict
+    after: dict
+    param_gather: bool = False
+
+
+@dataclass
+class OpPlan:
+    op: Op
+    pre: list[Redistribute] = field(default_factory=list)
+    post: list[Redistribute] = field(default_factory=list)
+    in_layouts: list[dict] = field(default_factory=list)
+    out_layouts: list[dict] = field(default_factory=list)
+    letter_axes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    kernel_comms: list[tuple[CollectiveType, str, str, int]] = field(default_factory=list)
+
+
+@dataclass
+class Propagation:
+    sharded: ShardedGraph
+    axes: list[str]
+    plans: dict[Op, OpPlan]
+    produced: dict[Tensor, dict]
+
+    def plan(self, op: Op) -> OpPlan:
+        return self.plans[op]
+
+
+class PropagationError(ValueError):
+    pass
+
+
+def _letter(layout: dict, axis: str, term: str):
+    """Letter form of a tensor's placement on one axis: None (R), 'P', or the sharded letter."""
+    p = layout.get(axis)
+    if p is None or isinstance(p, Replicate):
+        return None
+    if isinstance(p, Partial):
+        return "P"
+    if isinstance(p, Shard) and isinstance(p.dim, int):
+        return term[p.dim]
+    raise PropagationError(f"placement {p} cannot be read by an op (flat shards are gathered first)")
+
+
+def _placement(letter, term: str):
+    if letter is None:
+        return None
+    if letter == "P":
+        return P
+    return Shard(term.index(letter))
+
+
+def _set(layout: dict, axis: str, placement) -> dict:
+    out = dict(layout)
+    if placement is None or isinstance(placement, Replicate):
+        out.pop(axis, None)
+    else:
+        out[axis] = placement
+    return out
+
+
+class _Propagator:
+    def __init__(self, sg: ShardedGraph):
+        self.sg = sg
+        self.g: Graph = sg.graph
+        self.axes = [a for a in RANK_AXES if sg.active(a)]
+        self.params = set(self.g.params)
+        self.produced: dict[Tensor, dict] = {}
+        self.avail: dict[tuple[Tensor, str], set] = {}
+        self.plans: dict[Op, OpPlan] = {}
+
+    # ------------------------------------------------------------------ layouts of leaves
+    def start_layout(self, t: Tensor) -> dict:
+        if t in self.produced:
+            return self.produced[t]
+        if t in self.params:
+            return dict(self.sg.storage_layout(t))
+        if t.role is Role.GRADIENT and t.grad_of is not None and t.grad_of in self.produced:
+            return dict(self.produced[t.grad_of])  # the loss gradient fed to backward
+        return dict(self.sg.input_layout.get(t, {}))
+
+    def hint(self, t: Tensor) -> dict | None:
+        if t.role is Role.GRADIENT and t.grad_of is not None:
+            if t.grad_of in self.params:
+                return dict(self.sg.compute_layout(t.grad_of))
+            fwd = self.produced.get(t.grad_of)
+            if fwd is None:
+                return None
+            # the gradient of a Partial sum is the same for every term: Replicate
+            return {a: p for a, p in fwd.items() if not isinstance(p, Partial)}
+        out = None
+        for tag in sorted(t.tags):
+            for axis, placement in self.sg.tag_hints.get(tag, {}).items():
+                if isinstance(placement, Shard):
+                    pos = dim_position(t, placement.dim)
+                    if pos is None:
+                        continue
+                    placement = Shard(pos)
+                out = _set(out or {}, axis, placement)
+        return out
+
+    def is_param_grad(self, t: Tensor) -> bool:
+        return t.role is Role.GRADIENT and t.grad_of is not None and t.grad_of in self.params
+
+    # ------------------------------------------------------------------ one op
+    def run(self) -> Propagation:
+        for op in self.g.ops:
+            if op.phase == OPTIMIZER:
+                continue
+            self.plans[op] = self.plan_op(op)
+        return Propagation(self.sg, self.axes, self.plans, self.produced)
+
+    def plan_op(self, op: Op) -> OpPlan:
+        ins, outs = parse_spec(op.spec)
+        phase = "F" if op.phase == FORWARD else "B"
+        plan = OpPlan(op)
+        start = []
+        for t in op.inputs:
+            layout = self.start_layout(t)
+            if t in self.params:
+                compute = dict(self.sg.compute_layout(t))
+                if layout_key(compute) != layout_key(layout):
+                    plan.pre += self.move(t, layout, compute, phase, param_gather=True)
+                layout = compute
+            start.append(layout)
+        hints = [self.hint(o) for o in op.outputs]
+        pinned = [t in self.params for t in op.inputs]
+        grad_pins = [self.is_param_grad(o) for o in op.outputs]
+
+        target = [dict(layout) for layout in start]
+        out_layouts: list[dict] = [{} for _ in op.outputs]
+        for axis in self.axes:
+            cur = [_letter(layout, axis, term) for layout, term in zip(start, ins)]
+            out_hint = [_letter(h, axis, term) if h else None for h, term in zip(hints, outs)]
+            new_in, new_out, keep, kcomms = self.resolve_axis(op, axis, ins, outs, cur, out_hint, pinned, grad_pins)
+            for i, letter in enumerate(new_in):
+                target[i] = _set(target[i], axis, _placement(letter, ins[i]))
+            for j, letter in enumerate(new_out):
+                out_layouts[j] = _set(out_layouts[j], axis, _placement(letter, outs[j]))
+            if keep is not None:
+                plan.letter_axes.setdefault(keep, ())
+                plan.letter_axes[keep] += (axis,)
+            plan.kernel_comms += kcomms
+
+        for t, s, tgt in zip(op.inputs, start, target):
+            plan.pre += self.move(t, s, tgt, phase)
+        plan.in_layouts = target
+        plan.out_layouts = out_layouts
+        for o, natural, h in zip(op.outputs, out_layouts, hints):
+            final = natural
+            if h is not None and not self.is_param_grad(o):
+                wanted = dict(natural)
+                for axis in self.axes:
+                    wanted = _set(wanted, axis, h.get(axis))
+                plan.post += self.move(o, natural, wanted, phase)
+                final = wanted
+            self.produced[o] = final
+            self.avail[(o, phase)] = {layout_key(final)}
+        return plan
+
+    def resolve_axis(self, op, axis, ins, outs, cur, out_hint, pinned, grad_pins):
+        n = len(cur)
+        new = list(cur)
+        # a parameter's gradient must come out in the parameter's own sharding
+        pin_out = next((h for h, pin in zip(out_hint, grad_pins) if pin and h not in (None, "P")), None)
+        # 1. partial inputs
+        if any(c == "P" for c in cur):
+            if (op.partial_ok or op.kind == "view") and all(c == "P" for c in cur):
+                return new, ["P"] * len(outs), None, []
+            for i, c in enumerate(cur):
+                if c != "P":
+                    continue
+                choice = None
+                for h in out_hint:
+                    if h not in (None, "P") and h in ins[i]:
+                        choice = h
+                        break
+                if choice is None:
+                    for j in range(n):
+                        if j != i and cur[j] not in (None, "P") and cur[j] in ins[i]:
+                            choice = cur[j]
+                            break
+                new[i] = choice
+        # 2. conflicting letters
+        letters = [c for c in new if c is not None]
+        keep = None
+        if letters:
+            distinct = list(dict.fromkeys(letters))
+            pinned_letters = list(dict.fromkeys(c for c, pin in zip(new, pinned) if pin and c is not None))
+            if pin_out is not None and pin_out not in pinned_letters:
+                pinned_letters.append(pin_out)
+            if len(pinned_letters) > 1:
+                raise PropagationError(
+                    f"op {op.name}: parameters sharded on different dims ({', '.join(pinned_letters)}) "
+                    f"on axis {axis}"
+                )
+            if pinned_letters:
+                keep = pinned_letters[0]
+            else:
+                hinted = [h for h in out_hint if h in distinct]
+                keep = hinted[0] if hinted else distinct[0]
+            for i, c in enumerate(new):
+                if c is not None and c != keep:
+                    new[i] = keep if keep in ins[i] else None
+        elif pin_out is not None and any(pin_out in term for term in ins):
+            keep = pin_out
+        # 3. free slicing of replicated inputs that have the kept letter
+        if keep is not None:
+            for i in range(n):
+                if new[i] is None and keep in ins[i]:
+                    new[i] = keep
+        # 4. letters needed whole
+        kcomms = []
+        if keep is not None and keep in op.whole:
+            declared = op.attrs.get("sharded_whole", {}).get(keep)
+            if declared:
+                for kind, letters_, nbytes in declared:
+                    kcomms.append((CollectiveType[kind.upper()], axis, letters_, nbytes))
+            else:
+                new = [None if c == keep else c for c in new]
+                keep = None
+        # 5. outputs
+        out = []
+        for j, term in enumerate(outs):
+            if keep is None:
+                letter = None
+            elif keep in term:
+                letter = keep
+            elif keep in op.linear_reduce:
+                letter = "P"
+            elif keep in op.whole:
+                letter = None  # completed by the kernel's own collectives
+            else:
+                raise PropagationError(
+                    f"op {op.name}: index {keep!r} is sharded on {axis} but output {j} neither keeps nor sums it"
+                )
+            if letter is None and out_hint[j] not in (None, "P") and all(out_hint[j] not in t for t in ins):
+                letter = out_hint[j]  # a scatter writes only its shard of an output-only dim
+            out.append(letter)
+        return new, out, keep, kcomms
+
+    # ------------------------------------------------------------------ moving a tensor
+    def move(self, t: Tensor, src: dict, dst: dict, phase: str, param_gather: bool = False) -> list[Redistribute]:
+        key = layout_key(dst)
+        if layout_key(src) == key:
+            return []
+        have = self.avail.setdefault((t, phase), set())
+        if key in have:
+            return []
+        steps = []
+        layout = dict(src)
+        for axis in self.axes:
+            a, b = layout.get(axis), dst.get(axis)
+            if layout_key({axis: a} if a else {}) == layout_key({axis: b} if b else {}):
+                continue
+            kind = transition_kind(a or Replicate(), b or Replicate())
+            after = _set(layout, axis, b)
+            steps.append(Redistribute(t, axis, kind, layout, after, param_gather))
+            layout = after
+        have.add(key)
+        return steps
+
+
+def propagate(sg: ShardedGraph) -> Propagation:
+    """Layouts and collectives of every forward and backward op of ``sg``."""
+    return _Propagator(sg).run()

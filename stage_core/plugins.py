@@ -1,0 +1,210 @@
+"""The plugin host: discovery, registries, and clear errors.
+
+Plugins arrive three ways: built-in modules registered by module name, third
+parties through the entry-point group ``stage``, and objects registered directly
+(tests).  ``STAGE_DISABLE_PLUGINS`` (comma-separated names) blocks plugins.  A
+plugin that fails to import is recorded with its error and skipped, so commands
+that do not need it keep working; :meth:`PluginHost.broken` names it when
+something it might have provided is missing.
+
+The rest of the code calls hooks only through the typed methods here, which
+attribute every record to the plugin that registered it, reject duplicate names
+(naming both plugins) and return records sorted by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+from importlib import metadata
+from typing import Any, Iterable, Mapping
+
+import pluggy
+
+from . import hookspecs
+from .errors import PluginError, UsageError
+from .hookspecs import PROJECT
+from .records import BackendSpec, CommandSpec, ModelSpec, PluginInfo, ScheduleSpec, StrategySpec
+
+#: modules of the core that are plugins themselves
+BUILTINS: tuple[str, ...] = ("stage_core.schedule.builtin",)
+ENTRY_POINT_GROUP = "stage"
+DISABLE_ENV = "STAGE_DISABLE_PLUGINS"
+
+
+def disabled_from_env(env: Mapping[str, str] | None = None) -> set[str]:
+    raw = (env if env is not None else os.environ).get(DISABLE_ENV, "")
+    return {name.strip() for name in raw.split(",") if name.strip()}
+
+
+class PluginHost:
+    def __init__(self, *, autoload: bool = True, builtins: Iterable[str] = BUILTINS,
+                 disabled: Iterable[str] | None = None):
+        self.pm = pluggy.PluginManager(PROJECT)
+        self.pm.add_hookspecs(hookspecs)
+        self.disabled = set(disabled_from_env() if disabled is None else disabled)
+        self.sources: dict[str, str] = {}
+        self.versions: dict[str, str] = {}
+        self.errors: dict[str, str] = {}
+        for name in self.disabled:
+            self.pm.set_blocked(name)
+        for modname in builtins:
+            self._register_module(modname, modname, "builtin")
+        if autoload:
+            self._load_entry_points()
+        self.check()
+
+    # ------------------------------------------------------------------ loading
+    def _register_module(self, name: str, modname: str, source: str) -> None:
+        if name in self.disabled:
+            return
+        try:
+            module = importlib.import_module(modname)
+        except Exception as exc:  # a broken plugin must not break the host
+            self.errors[name] = f"{type(exc).__name__}: {exc}"
+            return
+        self.register(module, name, source)
+
+    def _load_entry_points(self) -> None:
+        for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+            if ep.name in self.disabled or self.pm.has_plugin(ep.name):
+                continue
+            try:
+                module = ep.load()
+            except Exception as exc:
+                self.errors[ep.name] = f"{type(exc).__name__}: {exc}"
+                continue
+            version = ""
+            if ep.dist is not None:
+                version = ep.dist.version
+            self.register(module, ep.name, "entrypoint", version)
+
+    def register(self, plugin: Any, name: str, source: str = "registered", version: str = "") -> None:
+        """Register a plugin object (module or instance) under ``name``."""
+        if name in self.disabled:
+            return
+        if self.pm.has_plugin(name):
+            raise PluginError(f"two plugins are named {name!r}; rename one of them")
+        try:
+            self.pm.register(plugin, name=name)
+        except pluggy.PluginValidationError as exc:
+            raise PluginError(f"plugin {name!r} is invalid: {exc}") from None
+        self.sources[name] = source
+        self.versions[name] = version
+
+    def check(self) -> None:
+        """A hook implementation without a matching spec (a misspelling) is an error."""
+        try:
+            self.pm.check_pending()
+        except pluggy.PluginValidationError as exc:
+            raise PluginError(f"{exc}") from None
+
+    # ------------------------------------------------------------------ collecting
+    def _collect(self, hook_name: str, kind: str) -> list:
+        hook = getattr(self.pm.hook, hook_name)
+        seen: dict[str, Any] = {}
+        for impl in hook.get_hookimpls():
+            try:
+                records = impl.function() or []
+            except Exception as exc:
+                raise PluginError(f"plugin {impl.plugin_name!r} failed in {hook_name}: {type(exc).__name__}: {exc}")
+            for record in records:
+                record = dataclasses.replace(record, plugin=impl.plugin_name)
+                other = seen.get(record.name)
+                if other is not None:
+                    raise PluginError(
+                        f"{kind} name {record.name!r} is registered by two plugins: "
+                        f"{other.plugin!r} and {record.plugin!r}; block one with {DISABLE_ENV}"
+                    )
+                seen[record.name] = record
+        return [seen[n] for n in sorted(seen)]
+
+    def models(self) -> list[ModelSpec]:
+        specs = self._collect("stage_models", "model family")
+        presets: dict[str, ModelSpec] = {}
+        for spec in specs:
+            for preset in spec.presets:
+                other = presets.get(preset)
+                if other is not None:
+                    raise PluginError(
+                        f"model preset {preset!r} is registered by two plugins: {other.plugin!r} and {spec.plugin!r}; "
+                        f"block one with {DISABLE_ENV}"
+                    )
+                presets[preset] = spec
+        return specs
+
+    def strategies(self) -> list[StrategySpec]:
+        return self._collect("stage_strategies", "strategy")
+
+    def schedules(self) -> list[ScheduleSpec]:
+        return self._collect("stage_schedules", "schedule")
+
+    def backends(self) -> list[BackendSpec]:
+        return self._collect("stage_trace_backends", "trace backend")
+
+    def commands(self) -> list[CommandSpec]:
+        return self._collect("stage_commands", "command")
+
+    def config_from_hf(self, hf_config: Mapping[str, Any]):
+        return self.pm.hook.stage_config_from_hf(hf_config=hf_config)
+
+    # ------------------------------------------------------------------ lookups with clear errors
+    def preset(self, name: str) -> tuple[ModelSpec, Any]:
+        specs = self.models()
+        for spec in specs:
+            if name in spec.presets:
+                return spec, spec.presets[name]
+        known = sorted(p for s in specs for p in s.presets)
+        hint = f"; known models: {', '.join(known)}" if known else "; no model plugin is installed"
+        raise UsageError(f"--model {name}: unknown model{hint}{self.broken_hint()}")
+
+    def family(self, family: str) -> ModelSpec:
+        for spec in self.models():
+            if spec.family == family or spec.name == family:
+                return spec
+        raise UsageError(f"no plugin provides model family {family!r}{self.broken_hint()}")
+
+    def backend(self, name: str) -> BackendSpec:
+        backends = self.backends()
+        for b in backends:
+            if b.name == name:
+                return b
+        known = ", ".join(b.name for b in backends) or "none installed"
+        raise UsageError(f"--format {name}: unknown trace format; known: {known}{self.broken_hint()}")
+
+    def hf_model_types(self) -> list[str]:
+        return sorted({t for s in self.models() for t in s.hf_model_types})
+
+    def broken_hint(self) -> str:
+        if not self.errors:
+            return ""
+        names = ", ".join(f"{n} ({e})" for n, e in sorted(self.errors.items()))
+        return f" (plugins that failed to load: {names})"
+
+    # ------------------------------------------------------------------ listing
+    def info(self) -> list[PluginInfo]:
+        provides: dict[str, dict[str, list[str]]] = {}
+
+        def add(kind, records):
+            for r in records:
+                provides.setdefault(r.plugin, {}).setdefault(kind, []).append(r.name)
+
+        add("models", [p for s in self.models() for p in
+                       [dataclasses.replace(s, name=n) for n in sorted(s.presets)]])
+        add("strategies", self.strategies())
+        add("schedules", self.schedules())
+        add("trace_backends", self.backends())
+        add("commands", self.commands())
+        out = []
+        for name, _plugin in sorted(self.pm.list_name_plugin(), key=lambda x: x[0]):
+            if name is None:
+                continue
+            out.append(PluginInfo(name=name, source=self.sources.get(name, "registered"),
+                                  version=self.versions.get(name, ""),
+                                  provides={k: tuple(v) for k, v in sorted(provides.get(name, {}).items())}))
+        for name, err in sorted(self.errors.items()):
+            out.append(PluginInfo(name=name, source="entrypoint", error=err))
+        for name in sorted(self.disabled):
+            out.append(PluginInfo(name=name, source="blocked", error=f"blocked by {DISABLE_ENV}"))
+        return out

@@ -1,0 +1,119 @@
+"""Fixtures for plugin authors (and the core's own tests).
+
+* :func:`fresh_host` - a plugin host without entry-point autoload, with the
+  core's built-ins and whatever plugins you pass.
+* :class:`ToyConfig` / :data:`toy_plugin` - a tiny GPT-like model (attention and
+  MLP with the layout conventions the standard strategies expect), so a strategy
+  or backend can be tested without installing a model plugin.
+* :func:`check_trace_set` - decode and validate a trace set; raises with every
+  problem listed.
+
+With pytest, ``from stage_core.testing import *`` in a conftest gives the
+``stage_host`` fixture.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Iterable
+
+from .errors import TraceError
+from .hookspecs import hookimpl
+from .ir.builder import GraphBuilder
+from .models import ModelConfig
+from .plugins import PluginHost
+from .records import ModelSpec
+
+
+def fresh_host(*plugins: tuple[object, str], disabled: Iterable[str] = ()) -> PluginHost:
+    """A host with the core's built-ins and ``(plugin, name)`` pairs; no autoload."""
+    host = PluginHost(autoload=False, disabled=disabled)
+    for plugin, name in plugins:
+        host.register(plugin, name)
+    host.check()
+    return host
+
+
+# --------------------------------------------------------------------------- a tiny model
+
+
+@dataclasses.dataclass(frozen=True)
+class ToyConfig(ModelConfig):
+    name: str = "toy"
+    family: str = "toy"
+    layers: int = 2
+    hidden: int = 64
+    heads: int = 4
+    ffn: int = 256
+    vocab: int = 128
+    seq_len: int = 32
+    dtype: str = "bf16"
+
+
+def build_toy(c: ToyConfig):
+    """A GPT-like model: learned nothing, tied embeddings, classic attention, GeLU MLP."""
+    d = c.hidden // c.heads
+    g = GraphBuilder(c.name, dims={"h": c.hidden, "a": c.heads, "g": c.heads, "d": d, "f": c.ffn, "V": c.vocab},
+                     dtype=c.dtype)
+    tokens = g.input("tokens", ("b", "s"))
+    labels = g.input("labels", ("b", "s"))
+    wte = g.param("embed.wte", ("V", "h"))
+    x = g.dropout(g.embedding(tokens, wte), name="embed.dropout", tags=("residual",))
+    for i in range(c.layers):
+        with g.layer(i):
+            y = g.norm("layernorm", x, g.param("ln1.w", ("h",)), g.param("ln1.b", ("h",)), name="ln1")
+            qkv = g.einsum("bsh,hgcd->bsgcd", y, g.param("attn.wqkv", ("h", "g", 3, "d")), name="attn.qkv",
+                           bias=g.param("attn.bqkv", ("g", 3, "d")))
+            q, k, v = g.split(qkv, "bsgcd->bsgrd,bsgd,bsgd", [("b", "s", "g", 1, "d"), ("b", "s", "g", "d"),
+                                                                 ("b", "s", "g", "d")], name="attn.split")
+            with g.block("attn_core"):
+                scores = g.einsum("bsgrd,bkgd->bgrsk", q, k, name="attn.scores")
+                probs = g.dropout(g.softmax(scores, name="attn.softmax"), name="attn.dropout")
+                ctx = g.einsum("bgrsk,bkgd->bsgrd", probs, v, name="attn.context")
+            out = g.einsum("bsgrd,grdh->bsh", ctx, g.param("attn.wo", ("g", 1, "d", "h")), name="attn.out")
+            x = g.dropout_add(out, x, g.param("attn.bo", ("h",)), name="attn.residual", tags=("residual",))
+            y = g.norm("layernorm", x, g.param("ln2.w", ("h",)), g.param("ln2.b", ("h",)), name="ln2")
+            u = g.einsum("bsh,hf->bsf", y, g.param("mlp.w1", ("h", "f")), name="mlp.fc1")
+            u = g.bias_gelu(u, g.param("mlp.b1", ("f",)), name="mlp.gelu")
+            z = g.einsum("bsf,fh->bsh", u, g.param("mlp.w2", ("f", "h")), name="mlp.fc2")
+            x = g.dropout_add(z, x, g.param("mlp.b2", ("h",)), name="mlp.residual", tags=("residual",))
+    y = g.norm("layernorm", x, g.param("final_ln.w", ("h",)), g.param("final_ln.b", ("h",)), name="final_ln")
+    logits = g.einsum("bsh,vh->bsv", y, wte, name="head")
+    return g.finish(g.cross_entropy(logits, labels))
+
+
+class _ToyPlugin:
+    @hookimpl
+    def stage_models(self):
+        return [ModelSpec(name="toy", family="toy", build=build_toy,
+                          presets={"toy": ToyConfig(), "toy-wide": ToyConfig(name="toy-wide", hidden=128, ffn=512)},
+                          from_dict=ToyConfig.from_dict)]
+
+
+toy_plugin = _ToyPlugin()
+
+
+# --------------------------------------------------------------------------- trace checks
+
+
+def check_trace_set(host: PluginHost, directory: Path) -> None:
+    """Decode ``directory`` with its backend and raise TraceError listing every problem."""
+    from .api import read_trace_set
+    from .validate import validate
+
+    problems = validate(read_trace_set(host, Path(directory)))
+    if problems:
+        raise TraceError([str(p) for p in problems])
+
+
+try:  # pytest fixtures, when pytest is there
+    import pytest
+
+    @pytest.fixture
+    def stage_host() -> PluginHost:
+        """A fresh plugin host with the toy model registered and no autoload."""
+        return fresh_host((toy_plugin, "toy"))
+
+except ImportError:  # pragma: no cover
+    pass
