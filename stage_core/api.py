@@ -183,12 +183,13 @@ def make_manifest(config, plan: Plan, world_size: int, reports: list[ClassReport
 
 def check_output_dir(out: Path) -> None:
     """Fail early, with one line, when ``out`` cannot be written."""
-    parent = out.resolve().parent
     if out.exists() and not out.is_dir():
         raise UsageError(f"-o {out}: exists and is not a folder")
-    probe = parent
+    probe = out.absolute().parent
     while not probe.exists():
         probe = probe.parent
+    if not probe.is_dir():
+        raise UsageError(f"-o {out}: {probe} is not a folder")
     if not os.access(probe, os.W_OK):
         raise UsageError(f"-o {out}: cannot write in {probe} (permission denied)")
 
@@ -200,8 +201,12 @@ def write_trace_set(host: PluginHost, result: Result, out: Path, fmt: str = "cha
     """
     backend = host.backend(fmt)
     check_output_dir(out)
-    parent = out.resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
+    parent = out.absolute().parent
+    created = [p for p in [parent, *parent.parents] if not p.exists()]
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"-o {out}: cannot create {parent} ({exc.strerror})") from None
     manifest = dict(result.manifest)
     manifest["format"] = backend.format_id or backend.name
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
@@ -224,6 +229,11 @@ def write_trace_set(host: PluginHost, result: Result, out: Path, fmt: str = "cha
             os.replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        for folder in created:  # deepest first: folders this run made for nothing
+            try:
+                folder.rmdir()
+            except OSError:
+                break
         raise
     return out
 

@@ -197,8 +197,8 @@ class PluginHost:
         add("trace_backends", self.backends())
         add("commands", self.commands())
         out = []
-        for name, _plugin in sorted(self.pm.list_name_plugin(), key=lambda x: x[0]):
-            if name is None:
+        for name, plugin in sorted(self.pm.list_name_plugin(), key=lambda x: x[0]):
+            if plugin is None:  # a blocked name
                 continue
             out.append(PluginInfo(name=name, source=self.sources.get(name, "registered"),
                                   version=self.versions.get(name, ""),

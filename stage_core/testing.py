@@ -5,6 +5,8 @@
 * :class:`ToyConfig` / :data:`toy_plugin` - a tiny GPT-like model (attention and
   MLP with the layout conventions the standard strategies expect), so a strategy
   or backend can be tested without installing a model plugin.
+* :data:`jsonl_plugin` - a plain JSON-lines trace backend (with a reader), to
+  write and check trace sets without a format adapter installed.
 * :func:`check_trace_set` - decode and validate a trace set; raises with every
   problem listed.
 
@@ -15,6 +17,7 @@ With pytest, ``from stage_core.testing import *`` in a conftest gives the
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Iterable
 
@@ -23,7 +26,8 @@ from .hookspecs import hookimpl
 from .ir.builder import GraphBuilder
 from .models import ModelConfig
 from .plugins import PluginHost
-from .records import ModelSpec
+from .records import BackendSpec, ModelSpec
+from .trace import NodeType, TraceNode, TraceSet
 
 
 def fresh_host(*plugins: tuple[object, str], disabled: Iterable[str] = ()) -> PluginHost:
@@ -94,6 +98,74 @@ class _ToyPlugin:
 toy_plugin = _ToyPlugin()
 
 
+# --------------------------------------------------------------------------- a plain backend
+
+
+def _jsonl_nodes(job, rank: int, program) -> list[dict]:
+    groups: dict[str, str] = {}
+    peers: dict[str, int] = {}
+    out = []
+    for n in program.nodes:
+        attrs = {"is_cpu_op": ["bool_val", False]}
+        if n.type == NodeType.COMP:
+            attrs["num_ops"] = ["int64_val", n.num_ops]
+            attrs["tensor_size"] = ["uint64_val", n.tensor_size]
+        elif n.type == NodeType.COMM_COLL:
+            attrs["comm_type"] = ["int64_val", int(n.comm_type)]
+            attrs["comm_size"] = ["int64_val", n.comm_size]
+            if n.group is not None:
+                if n.group not in groups:
+                    groups[n.group] = job.group_name(rank, n.group)
+                attrs["pg_name"] = ["string_val", groups[n.group]]
+        else:
+            if n.peer not in peers:
+                peers[n.peer] = job.peer_rank(rank, n.peer)
+            side = "comm_dst" if n.type == NodeType.COMM_SEND else "comm_src"
+            attrs[side] = ["int32_val", peers[n.peer]]
+            attrs["comm_tag"] = ["int32_val", n.tag]
+            attrs["comm_size"] = ["int64_val", n.comm_size]
+        out.append({"id": n.id, "name": n.name, "type": int(n.type), "data_deps": list(n.data_deps),
+                    "ctrl_deps": list(n.ctrl_deps), "attrs": attrs})
+    return out
+
+
+def write_jsonl(job, out_dir: Path) -> None:
+    """Write ``trace.<rank>.jsonl``: one JSON node per line, attributes tagged with
+    the protobuf oneof a Chakra writer would use."""
+    for program in job.programs:
+        for rank in program.ranks:
+            with open(Path(out_dir) / f"trace.{rank}.jsonl", "w") as f:
+                for node in _jsonl_nodes(job, rank, program):
+                    f.write(json.dumps(node) + "\n")
+
+
+def read_jsonl(directory: Path) -> TraceSet:
+    directory = Path(directory)
+    files = sorted(directory.glob("trace.*.jsonl"), key=lambda p: int(p.name.split(".")[1]))
+    groups = json.loads((directory / "comm_groups.json").read_text())
+
+    def ranks():
+        for path in files:
+            nodes = []
+            for line in path.read_text().splitlines():
+                d = json.loads(line)
+                nodes.append(TraceNode(d["id"], d["name"], d["type"], d["data_deps"], d["ctrl_deps"],
+                                       {k: (v[0], v[1]) for k, v in d["attrs"].items()}))
+            yield int(path.name.split(".")[1]), nodes
+
+    return TraceSet(world_size=len(files), comm_groups=groups, iter_ranks=ranks)
+
+
+class _JsonlPlugin:
+    @hookimpl
+    def stage_trace_backends(self):
+        return [BackendSpec(name="jsonl", write=write_jsonl, read=read_jsonl,
+                            detect=lambda d: any(Path(d).glob("trace.*.jsonl")), format_id="stage-jsonl")]
+
+
+jsonl_plugin = _JsonlPlugin()
+
+
 # --------------------------------------------------------------------------- trace checks
 
 
@@ -112,8 +184,8 @@ try:  # pytest fixtures, when pytest is there
 
     @pytest.fixture
     def stage_host() -> PluginHost:
-        """A fresh plugin host with the toy model registered and no autoload."""
-        return fresh_host((toy_plugin, "toy"))
+        """A fresh plugin host with the toy model and the jsonl backend, no autoload."""
+        return fresh_host((toy_plugin, "toy"), (jsonl_plugin, "jsonl"))
 
 except ImportError:  # pragma: no cover
     pass

@@ -448,6 +448,20 @@ class GraphBuilder:
             raise ValueError(f"too many token dims ({rank - 1})")
         return letters[: rank - 1]
 
+    def _constant(self, value, what: str):
+        """``value`` as a number: an int, or an expression of dims bound in ``graph.dims``.
+
+        Kernel FLOP and byte coefficients must be numbers (lowering multiplies them by
+        local letter sizes); shapes may stay symbolic.
+        """
+        e = sym.expr(value)
+        if e.free_symbols:
+            e = e.xreplace({x: sp.Integer(self.graph.dims[x.name]) for x in e.free_symbols
+                            if x.name in self.graph.dims})
+        if e.free_symbols or not e.is_Number:
+            raise ValueError(f"{what}={value!r} must be a number or an expression of dims in graph.dims")
+        return e
+
     def router(
         self,
         logits: Tensor,
@@ -473,7 +487,7 @@ class GraphBuilder:
         """
         if score not in kernels.ROUTER_SCORE:
             raise ValueError(f"unknown router score {score!r}; known: {sorted(kernels.ROUTER_SCORE)}")
-        k = sym.expr(k)
+        k = self._constant(k, "k")
         scale = sp.nsimplify(scale, rational=True)
         tok = self._token_letters(logits.rank)
         per_score = kernels.ROUTER_SCORE[score][0] + kernels.ROUTER_TOPK[0]
@@ -515,13 +529,14 @@ class GraphBuilder:
         A copy: 0 FLOPs.  Bytes: the k rows read per token, the E·c rows written,
         and the k int32 expert indices per token.
         """
-        k = sym.expr(k)
+        k_expr = sym.expr(k)
+        k = self._constant(k, "k")
         cf = sp.Integer(1) if capacity_factor is None else sp.nsimplify(capacity_factor, rational=True)
         if cf <= 0:
             raise ValueError(f"dispatch {name}: capacity_factor={capacity_factor!r} must be positive")
         tok = self._token_letters(x.rank)
         experts = weights.shape[-1]
-        capacity = sym.product(x.shape[:-1]) * k * cf / experts
+        capacity = sym.product(x.shape[:-1]) * k_expr * cf / experts
         item = x.itemsize
         (out,) = self.op(
             "fused",
@@ -549,7 +564,7 @@ class GraphBuilder:
         Bytes: those rows read, the k weights and int32 indices per token read,
         the output written.
         """
-        k = sym.expr(k)
+        k = self._constant(k, "k")
         tok = self._token_letters(weights.rank)
         item = expert_out.itemsize
         (out,) = self.op(

@@ -1,0 +1,1 @@
+from stage_core.testing import stage_host  # noqa: F401  (pytest fixture)

@@ -1,0 +1,150 @@
+"""The command line on the core alone: the toy model, the jsonl backend, a dp strategy
+declared here as any plugin would."""
+
+import json
+import os
+
+import pytest
+
+from stage_core import hookimpl
+from stage_core.cli import main
+from stage_core.parallel import R
+from stage_core.records import BackendSpec, StrategySpec
+from stage_core.testing import fresh_host, jsonl_plugin, read_jsonl, toy_plugin, write_jsonl
+
+
+def _dp(sg, mesh, plan):
+    sg.shard_inputs("dp", "b")
+    sg.grad_target["dp"] = R
+    return sg
+
+
+class DP:
+    @hookimpl
+    def stage_strategies(self):
+        return [StrategySpec("dp", "dp", lambda g, p: [], _dp)]
+
+
+@pytest.fixture
+def host():
+    return fresh_host((toy_plugin, "toy"), (jsonl_plugin, "jsonl"), (DP(), "dp"))
+
+
+def run(host, capsys, *argv):
+    status = main(list(argv), host=host)
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+def leftovers(folder):
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_generate_writes_a_valid_set_and_a_manifest(host, capsys, tmp_path):
+    out = tmp_path / "out"
+    status, stdout, err = run(host, capsys, "generate", "--model", "toy", "--dp", "4", "--format", "jsonl",
+                              "-o", str(out))
+    assert status == 0, err
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["comm_groups.json", "manifest.json"] + [f"trace.{r}.jsonl" for r in range(4)]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["units"] == {"compute": "FLOPs", "sizes": "bytes"}
+    assert manifest["world_size"] == 4 and manifest["plan"]["dp"] == 4
+    groups = json.loads((out / "comm_groups.json").read_text())
+    assert groups == {"1": [0, 1, 2, 3]}
+    assert main(["validate", str(out)], host=host) == 0
+    assert leftovers(tmp_path) == ["out"]
+
+
+def one_line_error(status, err, *needles):
+    assert status == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("argv,needles", [
+    (["--model", "no-such-model"], ["no-such-model", "unknown model", "toy"]),
+    (["--model", "toy", "--dp", "0"], ["--dp 0", "positive"]),
+    (["--model", "toy", "--tp", "-1"], ["--tp -1", "positive"]),
+    (["--model", "toy", "--dp", "4", "--global-batch", "10"], ["--dp 4", "global batch 10", "valid --dp: 1, 2, 5, 10"]),
+    (["--model", "toy", "--dp", "x"], ["--dp", "invalid int value"]),
+    (["--model", "toy", "--recompute", "some"], ["--recompute some", "none, selective, full"]),
+    (["--model", "toy", "--set", "layers"], ["--set layers", "KEY=VALUE"]),
+    (["--model", "toy", "--set", "nope=1"], ["nope", "valid fields"]),
+    (["--model", "toy", "--format", "xml"], ["--format xml", "jsonl"]),
+    (["--model", "toy", "--bogus"], ["unrecognized arguments: --bogus"]),
+])
+def test_bad_input_is_one_line_exit_2_and_no_output(host, capsys, tmp_path, argv, needles):
+    out = tmp_path / "out"
+    fmt = [] if "--format" in argv else ["--format", "jsonl"]
+    status, _, err = run(host, capsys, "generate", *argv, *fmt, "-o", str(out))
+    one_line_error(status, err, *needles)
+    assert leftovers(tmp_path) == []
+
+
+def test_unwritable_output_folder(host, capsys, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    status, _, err = run(host, capsys, "generate", "--model", "toy", "--format", "jsonl", "-o", str(blocker / "out"))
+    one_line_error(status, err, str(blocker), "not a folder")
+    assert leftovers(tmp_path) == ["a-file"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into read-only folders")
+def test_read_only_output_folder(host, capsys, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        status, _, err = run(host, capsys, "generate", "--model", "toy", "--format", "jsonl", "-o", str(locked / "out"))
+        one_line_error(status, err, "permission denied")
+        assert leftovers(locked) == []
+    finally:
+        locked.chmod(0o700)
+
+
+def test_a_set_that_fails_validation_is_never_moved_into_place(capsys, tmp_path):
+    def write_broken(job, out_dir):
+        write_jsonl(job, out_dir)
+        path = out_dir / "trace.0.jsonl"
+        lines = path.read_text().splitlines()
+        path.write_text("\n".join(lines + [lines[-1]]) + "\n")  # a duplicate node id on rank 0
+
+    class Broken:
+        @hookimpl
+        def stage_trace_backends(self):
+            return [BackendSpec("broken", write_broken, read_jsonl, lambda d: True)]
+
+    host = fresh_host((toy_plugin, "toy"), (Broken(), "broken"), (DP(), "dp"))
+    out = tmp_path / "out"
+    status, _, err = run(host, capsys, "generate", "--model", "toy", "--dp", "2", "--format", "broken", "-o", str(out))
+    assert status == 1
+    assert "rank 0" in err and "duplicate" in err
+    assert leftovers(tmp_path) == []
+
+
+def test_a_second_run_replaces_the_set_whole(host, capsys, tmp_path):
+    out = tmp_path / "out"
+    assert run(host, capsys, "generate", "--model", "toy", "--dp", "4", "--format", "jsonl", "-o", str(out))[0] == 0
+    assert run(host, capsys, "generate", "--model", "toy", "--dp", "2", "--format", "jsonl", "-o", str(out))[0] == 0
+    assert sorted(p.name for p in out.glob("trace.*")) == ["trace.0.jsonl", "trace.1.jsonl"]
+    assert leftovers(tmp_path) == ["out"]
+
+
+def test_report_json_has_the_manifest_keys(host, capsys):
+    status, stdout, _ = run(host, capsys, "report", "--model", "toy", "--dp", "2", "--json")
+    assert status == 0
+    data = json.loads(stdout)
+    rc = data["rank_classes"][0]
+    assert set(rc) == {"ranks", "flops", "memory_bytes", "comm_bytes"}
+    assert set(rc["memory_bytes"]) == {"parameters", "gradients", "optimizer", "activations", "total"}
+    assert set(rc["comm_bytes"]) == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send", "recv"}
+    assert rc["flops"]["total"] == rc["flops"]["matmul"] + rc["flops"]["other"]
+
+
+def test_set_overrides_a_preset_field(host, capsys):
+    status, stdout, _ = run(host, capsys, "report", "--model", "toy", "--set", "layers=5", "--json")
+    assert status == 0 and json.loads(stdout)["model"]["layers"] == 5
