@@ -129,6 +129,11 @@ def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[st
     strategies = _strategies(host, plan)
 
     forward = spec.build(config)
+    max_positions = forward.meta.get("max_positions")
+    if max_positions and plan.seq_len > max_positions:
+        raise UsageError(
+            f"--seq-len {plan.seq_len}: {config.name} has {max_positions} positions; give at most {max_positions}"
+        )
     problems = []
     for s in strategies:
         problems += list(s.validate(forward, plan))

@@ -315,14 +315,19 @@ class Lowerer:
         return out
 
     # ------------------------------------------------------------------ one program
-    def program(self) -> tuple[_Program, dict]:
+    def program(self) -> _Program:
         prog = _Program()
         m_total = self.plan.micro_batches
-        last_writer: dict[Tensor, tuple[int, ...]] = {}
         units = self.layer_gathers()
+        buckets = self.plan_buckets()
+        by_last_op: dict[Op, list[int]] = {}
+        for i, (_, last_op) in enumerate(buckets):
+            by_last_op.setdefault(last_op, []).append(i)
+        syncs: dict[int, list[int]] = {}
         for m in range(m_total):
             versions: dict = {}
             tag = f"mb{m}"
+            last = m == m_total - 1
             gathers = dict(units)
             for op in self.fwd_ops:
                 self.emit_op(prog, op, versions, f"{tag}.fwd", gathers, FORWARD)
@@ -339,11 +344,12 @@ class Lowerer:
                             if f in self.recompute_set and self._region_key(f) == region:
                                 self.emit_op(prog, f, versions, f"{tag}.recompute", gathers, BACKWARD)
                 self.emit_op(prog, op, versions, f"{tag}.bwd", gathers, BACKWARD)
-            for p, gt in self.g.grads.items():
-                if (gt, None) in versions:
-                    last_writer[p] = versions[(gt, None)]
+                if last:  # a bucket is reduced as soon as its last gradient is final
+                    for i in by_last_op.get(op, ()):
+                        syncs[i] = self.emit_bucket_sync(prog, i, buckets[i][0], versions)
             prog.end_step()
-        return prog, last_writer
+        self.emit_optimizer(prog, buckets, syncs)
+        return prog
 
     # ------------------------------------------------------------------ gradient sync and optimizer
     def bucket_size(self) -> int:
@@ -352,69 +358,73 @@ class Lowerer:
         # Megatron-Core DDP: max(40M, 1M * data-parallel size) parameters per bucket
         return max(40_000_000, 1_000_000 * self.plan.dp)
 
-    def grad_sync(self, prog: _Program, last_writer: dict) -> None:
-        sg = self.sg
-        prop = self.prop
-        dp_axes = [a for a in ("cp", "dp") if sg.active(a) and a in sg.grad_target]
-        dp_key = "+".join(dp_axes) if dp_axes else None
-        dp_deg = self.sizes.deg(dp_axes)
-        grad_item = DTYPE_BYTES[self.plan.grad_comm_dtype]
-        # the order in which gradients become final in backward
-        order = sorted(self.g.params, key=lambda p: last_writer.get(p, (0,))[-1] if last_writer.get(p) else 0)
-        buckets: list[list[Tensor]] = []
-        cur: list[Tensor] = []
-        count = 0
+    def plan_buckets(self) -> list[tuple[list[Tensor], Op]]:
+        """Parameters grouped in the order their gradients become final in backward."""
+        producer = {t: op for op in self.bwd_ops for t in op.outputs}
+        index = {op: i for i, op in enumerate(self.bwd_ops)}
+        order = sorted(self.g.params, key=lambda p: index[producer[self.g.grads[p]]])
+        buckets, cur, count = [], [], 0
         limit = self.bucket_size()
         for p in order:
             cur.append(p)
-            count += self.sizes.numel(p, sg.compute_layout(p))
+            count += self.sizes.numel(p, self.sg.compute_layout(p))
             if count >= limit:
                 buckets.append(cur)
                 cur, count = [], 0
         if cur:
             buckets.append(cur)
+        return [(b, producer[self.g.grads[b[-1]]]) for b in buckets]
 
+    def _dp_axes(self) -> list[str]:
+        return [a for a in ("cp", "dp") if self.sg.active(a) and a in self.sg.grad_target]
+
+    def emit_bucket_sync(self, prog: _Program, i: int, bucket: list[Tensor], versions: dict) -> list[int]:
+        """The data-parallel reduction of one bucket: all-reduce, or reduce-scatter under ZeRO."""
+        deps = [d for p in bucket for d in versions.get((self.g.grads[p], None), ())]
+        dp_axes = self._dp_axes()
+        if not dp_axes:
+            return deps
+        key = "+".join(dp_axes)
+        dp_deg = self.sizes.deg(dp_axes)
+        numel = sum(self.sizes.numel(p, self.sg.compute_layout(p)) for p in bucket)
+        target = self.sg.grad_target.get(dp_axes[-1])
+        kind = CollectiveType.REDUCE_SCATTER if isinstance(target, Shard) else CollectiveType.ALL_REDUCE
+        if kind == CollectiveType.REDUCE_SCATTER:
+            numel = -(-numel // dp_deg) * dp_deg  # buckets are padded to a multiple of the group size
+        size = numel * DTYPE_BYTES[self.plan.grad_comm_dtype]
+        return [prog.coll(f"grad_sync.bucket{i}:{_SHORT[kind]}.{key}", kind, size, self.key(key), deps)]
+
+    def emit_optimizer(self, prog: _Program, buckets, syncs: dict[int, list[int]]) -> None:
+        sg = self.sg
+        grad_item = DTYPE_BYTES[self.plan.grad_comm_dtype]
+        dp_axes = self._dp_axes()
+        after = [d for i in sorted(syncs) for d in syncs[i]]
         # gradients still Partial over tp (sequence-parallel norms and biases): one
-        # coalesced all-reduce over tp, as Megatron's finalize_model_grads does
-        tp_partial = []
-        for p in self.g.params:
-            gt = self.g.grads[p]
-            producer = prop.produced.get(gt, {})
-            if isinstance(producer.get("tp"), Partial):
-                tp_partial.append(p)
-
-        kind = None
-        if dp_key:
-            target = sg.grad_target.get(dp_axes[-1])
-            kind = CollectiveType.REDUCE_SCATTER if isinstance(target, Shard) else CollectiveType.ALL_REDUCE
+        # coalesced all-reduce over tp after the data-parallel sync, as Megatron's
+        # finalize_model_grads does; the optimizer step waits for all of it
+        tp_partial = [p for p in self.g.params
+                      if isinstance(self.prop.produced.get(self.g.grads[p], {}).get("tp"), Partial)]
+        if tp_partial:
+            size = sum(self.sizes.numel(p, sg.compute_layout(p)) for p in tp_partial) * grad_item
+            after = [prog.coll("grad_sync.sequence_parallel:all_reduce.tp", CollectiveType.ALL_REDUCE, size,
+                               self.key("tp"), after)]
         opt_shard = self.sizes.deg(a for a in sg.optimizer_sharded if sg.active(a))
         params_replicated = not any(
             isinstance(sg.storage_layout(p).get(a), Shard) for p in self.g.params for a in dp_axes)
-        for i, bucket in enumerate(buckets):
+        for i, (bucket, _) in enumerate(buckets):
             numel = sum(self.sizes.numel(p, sg.compute_layout(p)) for p in bucket)
-            deps = [d for p in bucket for d in last_writer.get(p, ())]
-            sync = deps
-            if dp_key and kind is not None:
-                padded = -(-numel // dp_deg) * dp_deg if kind == CollectiveType.REDUCE_SCATTER else numel
-                nid = prog.coll(f"grad_sync.bucket{i}:{_SHORT[kind]}.{dp_key}", kind, padded * grad_item,
-                                self.key(dp_key), deps)
-                sync = [nid]
-            if tp_partial and i == len(buckets) - 1:
-                size = sum(self.sizes.numel(p, sg.compute_layout(p)) for p in tp_partial) * grad_item
-                nid = prog.coll("grad_sync.sequence_parallel:all_reduce.tp", CollectiveType.ALL_REDUCE, size,
-                                self.key("tp"), sync)
-                sync = [nid]
             local = -(-numel // opt_shard)
-            state = self.g.opt_state[bucket[0]] if bucket else ()
-            state_bytes = sum(2 * DTYPE_BYTES[t.dtype] for t in state)
+            state_bytes = sum(2 * DTYPE_BYTES[t.dtype] for t in self.g.opt_state[bucket[0]])
             param_item = bucket[0].itemsize
+            # the step starts once every gradient is reduced
             nid = prog.comp(f"optimizer.bucket{i}:adam", 0, kernels.ADAM_FLOPS * local,
-                            local * (grad_item + state_bytes + param_item), sync)
-            if dp_key and opt_shard > 1 and params_replicated:
+                            local * (grad_item + state_bytes + param_item), after)
+            if dp_axes and opt_shard > 1 and params_replicated:
                 # the updated shards go back to every replica (ZeRO-1/2); sharded
                 # parameters (ZeRO-3) stay sharded and are gathered where used
-                prog.coll(f"optimizer.bucket{i}:all_gather.{dp_key}:params", CollectiveType.ALL_GATHER,
-                          local * param_item, self.key(dp_key), [nid])
+                key = "+".join(dp_axes)
+                prog.coll(f"optimizer.bucket{i}:all_gather.{key}:params", CollectiveType.ALL_GATHER,
+                          local * param_item, self.key(key), [nid])
 
     # ------------------------------------------------------------------ memory
     def memory(self) -> dict[str, int]:
@@ -456,8 +466,7 @@ class Lowerer:
 
     # ------------------------------------------------------------------ all
     def run(self) -> Lowered:
-        prog, last_writer = self.program()
-        self.grad_sync(prog, last_writer)
+        prog = self.program()
         ranks = tuple(range(self.mesh.world_size))
         flops = dict(prog.flops)
         flops["total"] = flops["matmul"] + flops["other"]

@@ -1,0 +1,113 @@
+"""Communication read back from written traces against REFERENCE §3 (Megatron, ZeRO)."""
+
+from collections import Counter
+
+import pytest
+
+from stage_core.models import param_counts
+from stage_core.parallel import Plan
+from stage_core.trace import CollectiveType as C
+from stage_core.trace import NodeType
+
+TOY = {"layers": "3"}  # toy: h 64, 4 heads, f 256, V 128, s 32
+
+
+def collectives(nodes, groups, rank, name_part=""):
+    out = []
+    for n in nodes:
+        if n.type == NodeType.COMM_COLL and name_part in n.name:
+            out.append((C(n.attr("comm_type")), n.attr("comm_size"), len(groups[n.attr("pg_name")]), n.name))
+    return out
+
+
+@pytest.mark.parametrize("m", [1, 3])
+def test_tp_without_sp_four_all_reduces_of_sbh2_per_layer_per_micro_batch(traces, m):
+    result, ts, ranks = traces(Plan(tp=4, micro_batches=m), overrides=TOY)
+    s, b, h = 32, 1, 64
+    for rank, nodes in ranks.items():
+        layer = collectives(nodes, ts.comm_groups, rank, ".layers.")
+        assert Counter((k, size, n) for k, size, n, _ in layer) == {(C.ALL_REDUCE, s * b * h * 2, 4): 4 * 3 * m}
+        # two in forward (after attention, after the MLP), two in backward
+        assert sum(".fwd." in name for *_, name in layer) == 2 * 3 * m
+
+
+def test_tp_without_sp_megatron_example_size():
+    # REFERENCE §3: h=5120, s=2048, b=1 -> 20,971,520 bytes per all-reduce
+    assert 2048 * 1 * 5120 * 2 == 20_971_520
+
+
+def test_tp_with_sp_all_gather_and_reduce_scatter_pairs(traces):
+    result, ts, ranks = traces(Plan(tp=4, sp=True), overrides=TOY)
+    s, b, h, t = 32, 1, 64, 4
+    for rank, nodes in ranks.items():
+        layer = collectives(nodes, ts.comm_groups, rank, ".layers.")
+        kinds = Counter(k for k, *_ in layer)
+        # each of the 4 all-reduces becomes a reduce-scatter (full s*b*h*2 input) and an
+        # all-gather (s*b*h*2/t shard per rank: the same s*b*h*2 payload gathered); the
+        # backward also re-gathers the two column-parallel inputs for the weight gradients
+        # instead of keeping them (Korthikanti et al. 2022 §4.2.2)
+        assert kinds == {C.REDUCE_SCATTER: 4 * 3, C.ALL_GATHER: 6 * 3}
+        assert {size for k, size, *_ in layer if k == C.REDUCE_SCATTER} == {s * b * h * 2}
+        assert {size * t for k, size, *_ in layer if k == C.ALL_GATHER} == {s * b * h * 2}
+        regather = [name for k, _, _, name in layer if k == C.ALL_GATHER and "bwd.wgrad" in name]
+        assert len(regather) == 2 * 3
+
+
+@pytest.mark.parametrize("m", [1, 4])
+def test_dp_one_all_reduce_of_the_gradients_per_step(traces, m):
+    result, ts, ranks = traces(Plan(dp=4, micro_batches=m), overrides=TOY)
+    psi = param_counts(result.forward)[0]
+    for rank, nodes in ranks.items():
+        sync = collectives(nodes, ts.comm_groups, rank)
+        assert {(k, n) for k, _, n, _ in sync} == {(C.ALL_REDUCE, 4)}
+        assert sum(size for _, size, _, _ in sync) == 2 * psi  # bf16 gradients, once
+
+
+def test_dp_buckets_overlap_the_backward(traces):
+    plan = Plan(dp=2, bucket_params=20_000)
+    result, ts, ranks = traces(plan, overrides=TOY)
+    nodes = ranks[0]
+    sync = [n for n in nodes if n.type == NodeType.COMM_COLL]
+    assert len(sync) > 2
+    last_backward = max(n.id for n in nodes if ".bwd." in n.name)
+    # the first bucket is issued, and can run, while the backward goes on
+    first = sync[0]
+    assert first.id < last_backward
+    assert all(".bwd." in nodes[d].name for d in first.data_deps)
+    assert max(first.data_deps) < last_backward
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_zero_1_and_2_reduce_scatter_gradients_and_all_gather_parameters(traces, stage):
+    dp = 4
+    result, ts, ranks = traces(Plan(dp=dp, zero=stage), overrides=TOY)
+    psi = param_counts(result.forward)[0]
+    padded = -(-psi // dp) * dp
+    for rank, nodes in ranks.items():
+        sync = collectives(nodes, ts.comm_groups, rank)
+        rs = [size for k, size, *_ in sync if k == C.REDUCE_SCATTER]
+        ag = [size for k, size, *_ in sync if k == C.ALL_GATHER]
+        assert sum(rs) == 2 * padded  # the full bf16 gradient is the input
+        assert sum(ag) == 2 * padded // dp  # each rank contributes its updated shard
+        assert not [k for k, *_ in sync if k == C.ALL_REDUCE]
+
+
+def test_zero_3_gathers_each_layer_before_forward_and_backward(traces):
+    dp = 4
+    result, ts, ranks = traces(Plan(dp=dp, zero=3), overrides=TOY)
+    psi = param_counts(result.forward)[0]
+    nodes = ranks[0]
+    gathers = [n for n in nodes if n.type == NodeType.COMM_COLL and C(n.attr("comm_type")) == C.ALL_GATHER]
+    # 3 layers + the embedding/head unit, each gathered before its forward and its backward
+    assert len(gathers) == 2 * (3 + 1)
+    assert sum(n.attr("comm_size") for n in gathers) == 2 * (2 * psi // dp)
+    rs = [n for n in nodes if n.type == NodeType.COMM_COLL and C(n.attr("comm_type")) == C.REDUCE_SCATTER]
+    assert sum(n.attr("comm_size") for n in rs) == 2 * psi
+    # about 1.5x the data-parallel volume in ring terms: RS (n-1)/n*S, 2 AGs (n-1)/n*S each
+    ring = lambda s: (dp - 1) / dp * s  # noqa: E731
+    zero3 = ring(sum(n.attr("comm_size") for n in rs)) + sum(ring(n.attr("comm_size") * dp) for n in gathers)
+    assert zero3 / (2 * ring(2 * psi)) == pytest.approx(1.5)
+    for layer in range(3):
+        fwd_gather = next(n for n in gathers if f"fwd.layer{layer}" in n.name)
+        first_use = min(n.id for n in nodes if n.name.startswith(f"mb0.fwd.layers.{layer}."))
+        assert fwd_gather.id < first_use
