@@ -126,14 +126,17 @@ class _Propagator:
         return dict(self.sg.input_layout.get(t, {}))
 
     def hint(self, t: Tensor) -> dict | None:
+        """The layout an output should have, on the axes it names (Replicate explicit)."""
         if t.role is Role.GRADIENT and t.grad_of is not None:
             if t.grad_of in self.params:
-                return dict(self.sg.compute_layout(t.grad_of))
-            fwd = self.produced.get(t.grad_of)
-            if fwd is None:
-                return None
+                layout = self.sg.compute_layout(t.grad_of)
+            else:
+                layout = self.produced.get(t.grad_of)
+                if layout is None:
+                    return None
             # the gradient of a Partial sum is the same for every term: Replicate
-            return {a: p for a, p in fwd.items() if not isinstance(p, Partial)}
+            return {a: (p if p is not None and not isinstance(p, Partial) else Replicate())
+                    for a in self.axes for p in [layout.get(a)]}
         out = None
         for tag in sorted(t.tags):
             for axis, placement in self.sg.tag_hints.get(tag, {}).items():
@@ -142,7 +145,8 @@ class _Propagator:
                     if pos is None:
                         continue
                     placement = Shard(pos)
-                out = _set(out or {}, axis, placement)
+                out = dict(out or {})
+                out[axis] = placement
         return out
 
     def is_param_grad(self, t: Tensor) -> bool:
@@ -184,8 +188,9 @@ class _Propagator:
             for j, letter in enumerate(new_out):
                 out_layouts[j] = _set(out_layouts[j], axis, _placement(letter, outs[j]))
             if keep is not None:
-                plan.letter_axes.setdefault(keep, ())
-                plan.letter_axes[keep] += (axis,)
+                for letter in {keep} | set(self.token_slot_equivalents(op, [keep])):
+                    if letter in op.letter_sizes:
+                        plan.letter_axes[letter] = plan.letter_axes.get(letter, ()) + (axis,)
             plan.kernel_comms += kcomms
 
         for t, s, tgt in zip(op.inputs, start, target):
@@ -197,7 +202,8 @@ class _Propagator:
             if h is not None and not self.is_param_grad(o):
                 wanted = dict(natural)
                 for axis in self.axes:
-                    wanted = _set(wanted, axis, h.get(axis))
+                    if axis in h:
+                        wanted = _set(wanted, axis, h[axis])
                 plan.post += self.move(o, natural, wanted, phase)
                 final = wanted
             self.produced[o] = final
@@ -227,9 +233,15 @@ class _Propagator:
                             choice = cur[j]
                             break
                 new[i] = choice
-        # 2. conflicting letters
+        # 2. conflicting letters (a token letter and the slot letter it is regrouped
+        # into by a MoE dispatch or combine are one sharding seen from two sides)
         letters = [c for c in new if c is not None]
         keep = None
+        equiv = self.token_slot_equivalents(op, letters)
+        if equiv:
+            keep = next(c for c in letters if c in equiv)
+            letters = [keep if c in equiv else c for c in letters]
+            new = [keep if c in equiv else c for c in new]
         if letters:
             distinct = list(dict.fromkeys(letters))
             pinned_letters = list(dict.fromkeys(c for c, pin in zip(new, pinned) if pin and c is not None))
@@ -250,6 +262,8 @@ class _Propagator:
                     new[i] = keep if keep in ins[i] else None
         elif pin_out is not None and any(pin_out in term for term in ins):
             keep = pin_out
+        if equiv and keep is not None and keep in equiv:
+            new = [next((c for c in ins[i] if c in equiv), x) if x == keep else x for i, x in enumerate(new)]
         # 3. free slicing of replicated inputs that have the kept letter
         if keep is not None:
             for i in range(n):
@@ -272,6 +286,8 @@ class _Propagator:
                 letter = None
             elif keep in term:
                 letter = keep
+            elif equiv and keep in equiv and any(c in equiv for c in term):
+                letter = next(c for c in term if c in equiv)
             elif keep in op.linear_reduce:
                 letter = "P"
             elif keep in op.whole:
@@ -284,6 +300,22 @@ class _Propagator:
                 letter = out_hint[j]  # a scatter writes only its shard of an output-only dim
             out.append(letter)
         return new, out, keep, kcomms
+
+    @staticmethod
+    def token_slot_equivalents(op: Op, sharded: list[str]) -> frozenset:
+        """For a MoE dispatch/combine: {token letter sharded here, slot letter}, else empty.
+
+        Dispatch regroups each rank's tokens into that rank's part of every expert's
+        slots, so a split of the tokens is a split of the slots."""
+        slot = op.attrs.get("slot_letter")
+        if not slot or not sharded:
+            return frozenset()
+        tokens = op.attrs.get("token_letters", "")
+        group = set(tokens) | {slot}
+        if not set(sharded) <= group:
+            return frozenset()
+        token = next((c for c in sharded if c in tokens), tokens[:1])
+        return frozenset({token, slot})
 
     # ------------------------------------------------------------------ moving a tensor
     def move(self, t: Tensor, src: dict, dst: dict, phase: str, param_gather: bool = False) -> list[Redistribute]:
