@@ -451,14 +451,23 @@ class Lowerer:
         return 1  # pipeline schedules hold more; with pp = 1 one micro-batch at a time
 
     def saved_tensors(self) -> dict[Tensor, dict]:
-        """Activations kept for backward (as produced), excluding what recompute redoes."""
+        """Activations kept for backward (as produced), excluding what recompute redoes.
+
+        A tensor made inside a recomputed region is dropped when only ops inside
+        the region keep it; the region's outputs that later ops keep (the attention
+        core's output, a layer's output) stay.
+        """
+        def region(op):
+            return self._region_key(op) if op in self.recompute_set else None
+
+        made_in = {t: region(op) for op in self.fwd_ops for t in op.outputs}
+        kept_elsewhere = {t for op in self.fwd_ops for t in op.saved
+                          if made_in.get(t) is None or region(op) != made_in[t]}
         out: dict[Tensor, dict] = {}
-        inside = {t for op in self.recompute_set for t in op.outputs}
         for op in self.fwd_ops:
             for t in op.saved:
-                if t.role is not Role.ACTIVATION or t in inside:
-                    continue
-                out[t] = self.prop.produced.get(t, {})
+                if t.role is Role.ACTIVATION and t in kept_elsewhere:
+                    out[t] = self.prop.produced.get(t, {})
         return out
 
     def activation_bytes(self) -> int:
