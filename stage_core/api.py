@@ -106,10 +106,10 @@ def _strategies(host: PluginHost, plan: Plan):
     registered = {s.name: s for s in host.strategies()}
     missing = [name for name, asked in REQUESTED.items() if asked(plan) and name not in registered]
     if missing:
+        have = ", ".join(sorted(registered)) or "none (install stage-parallel)"
         raise UsageError(
-            f"the plan asks for {', '.join(missing)} but no installed plugin provides "
-            f"{'that strategy' if len(missing) == 1 else 'those strategies'} "
-            f"(install stage-parallel){host.broken_hint()}"
+            f"the plan asks for {', '.join(missing)}, which no installed plugin provides; "
+            f"installed strategies: {have}{host.broken_hint()}"
         )
     return sorted(registered.values(), key=lambda s: (s.order, s.name))
 

@@ -19,13 +19,14 @@ TP_DIMS = ("g", "a", "f", "fs", "fe", "V")
 
 
 def _need_divides(what: str, flag: str, degree: int, dims: dict, names) -> list[str]:
-    out = []
-    for name in names:
-        value = dims.get(name)
-        if value is not None and value % degree:
-            valid = ", ".join(str(d) for d in divisors(value) if d <= 1024)
-            out.append(f"{flag} {degree}: {what} needs it to divide {name} = {value}; valid {flag}: {valid}")
-    return out
+    """One message naming every dim ``degree`` fails to divide, and the degrees that divide them all."""
+    sizes = {name: dims[name] for name in names if dims.get(name) is not None}
+    bad = {name: v for name, v in sizes.items() if v % degree}
+    if not bad:
+        return []
+    common = [d for d in divisors(min(sizes.values())) if all(v % d == 0 for v in sizes.values())]
+    failing = ", ".join(f"{name} = {v}" for name, v in bad.items())
+    return [f"{flag} {degree}: {what} needs it to divide {failing}; valid {flag}: {', '.join(map(str, common))}"]
 
 
 # --------------------------------------------------------------------------- dp
