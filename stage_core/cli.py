@@ -185,6 +185,11 @@ def cmd_validate(host: PluginHost, args) -> int:
     directory = Path(args.dir)
     trace_set = read_trace_set(host, directory)
     problems = validate(trace_set)
+    if args.json:
+        print(json.dumps({"dir": str(directory), "ranks": trace_set.world_size, "valid": not problems,
+                          "problems": [{"rank": p.rank, "node": p.node_id, "name": p.node_name, "reason": p.reason}
+                                       for p in problems]}, indent=2))
+        return 1 if problems else 0
     if problems:
         for p in problems:
             print(f"{directory}: {p}", file=sys.stderr)
@@ -258,6 +263,7 @@ def build_parser(host: PluginHost | None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("validate", help="check a trace set (ids, dependencies, collectives, send/recv)")
     p.add_argument("dir", metavar="DIR")
+    p.add_argument("--json", action="store_true", help="print the verdict and the problems as JSON")
     p.set_defaults(run=cmd_validate)
 
     p = sub.add_parser("models", help="list model presets with their parameter counts")
