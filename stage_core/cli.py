@@ -48,6 +48,10 @@ def _add_plan_flags(p: argparse.ArgumentParser) -> None:
                    help="activation recompute; default none")
     g.add_argument("--schedule", default="1f1b", metavar="gpipe|1f1b|interleaved", help="pipeline schedule")
     g.add_argument("--virtual-stages", type=int, default=1, metavar="V", help="virtual stages per pipeline rank")
+    g.add_argument("--grad-dtype", default="bf16", metavar="bf16|fp32",
+                   help="gradient buffers and their reduction (default bf16; Megatron keeps fp32 main grads)")
+    g.add_argument("--optimizer-dtype", default="fp32", metavar="fp32|bf16",
+                   help="master weights, momentum and variance (default fp32)")
     g = p.add_argument_group("batch")
     g.add_argument("--seq-len", type=int, default=None, metavar="S", help="tokens per sequence (default: the model's)")
     g.add_argument("--micro-batch-size", type=int, default=1, metavar="b", help="sequences per micro-batch (default 1)")
@@ -102,6 +106,7 @@ def plan_from_args(args) -> tuple[str, dict[str, str], Plan, bool]:
         sp=args.sp, zero=args.zero, recompute=args.recompute, schedule=args.schedule,
         virtual_stages=args.virtual_stages, seq_len=args.seq_len, micro_batch_size=args.micro_batch_size,
         micro_batches=1 if micro_batches is None else micro_batches, order=args.order,
+        grad_dtype=args.grad_dtype, optimizer_dtype=args.optimizer_dtype,
     )
     return model, _overrides(args.set), plan, used_default
 

@@ -391,12 +391,12 @@ class Lowerer:
         kind = CollectiveType.REDUCE_SCATTER if isinstance(target, Shard) else CollectiveType.ALL_REDUCE
         if kind == CollectiveType.REDUCE_SCATTER:
             numel = -(-numel // dp_deg) * dp_deg  # buckets are padded to a multiple of the group size
-        size = numel * DTYPE_BYTES[self.plan.grad_comm_dtype]
+        size = numel * DTYPE_BYTES[self.plan.grad_dtype]
         return [prog.coll(f"grad_sync.bucket{i}:{_SHORT[kind]}.{key}", kind, size, self.key(key), deps)]
 
     def emit_optimizer(self, prog: _Program, buckets, syncs: dict[int, list[int]]) -> None:
         sg = self.sg
-        grad_item = DTYPE_BYTES[self.plan.grad_comm_dtype]
+        grad_item = DTYPE_BYTES[self.plan.grad_dtype]
         dp_axes = self._dp_axes()
         after = [d for i in sorted(syncs) for d in syncs[i]]
         # gradients still Partial over tp (sequence-parallel norms and biases): one
@@ -432,10 +432,11 @@ class Lowerer:
         params = sum(self.sizes.nbytes(p, sg.storage_layout(p)) for p in self.g.params)
         grad_layout_extra = {a: Shard(FLAT) for a in sg.grad_storage_sharded if sg.active(a)}
         grads = 0
+        grad_item = DTYPE_BYTES[self.plan.grad_dtype]
         for p in self.g.params:
             layout = dict(sg.compute_layout(p))
             layout.update(grad_layout_extra)
-            grads += self.sizes.nbytes(self.g.grads[p], layout)
+            grads += self.sizes.numel(self.g.grads[p], layout) * grad_item
         opt_extra = {a: Shard(FLAT) for a in sg.optimizer_sharded if sg.active(a)}
         optimizer = 0
         for p in self.g.params:

@@ -36,7 +36,7 @@ class Plan:
     micro_batch_size: int = 1
     micro_batches: int = 1
     order: str = DEFAULT_ORDER
-    grad_comm_dtype: str = "bf16"
+    grad_dtype: str = "bf16"  # gradient buffers and their data-parallel reduction (Megatron: fp32 main grads)
     optimizer_dtype: str = "fp32"
     bucket_params: int | None = None  # gradient bucket size in parameters; None = Megatron's default
 
@@ -87,10 +87,10 @@ class Plan:
             raise UsageError("--virtual-stages above 1 needs --pp above 1")
         if self.zero and self.dp == 1:
             raise UsageError(f"--zero {self.zero} shards model state over data parallel ranks; it needs --dp above 1")
-        if self.grad_comm_dtype not in ("bf16", "fp16", "fp32"):
-            raise UsageError(f"grad_comm_dtype {self.grad_comm_dtype}: valid are bf16, fp16, fp32")
+        if self.grad_dtype not in ("bf16", "fp16", "fp32"):
+            raise UsageError(f"--grad-dtype {self.grad_dtype}: valid are bf16, fp16, fp32")
         if self.optimizer_dtype not in ("fp32", "bf16"):
-            raise UsageError(f"optimizer_dtype {self.optimizer_dtype}: valid are fp32, bf16")
+            raise UsageError(f"--optimizer-dtype {self.optimizer_dtype}: valid are fp32, bf16")
 
 
 def divisors(n: int) -> list[int]:

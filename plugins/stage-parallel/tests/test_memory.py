@@ -97,3 +97,29 @@ def test_whole_first_stage_of_the_22b_model(host, plan, gib):
     # softmax of the vocabulary-parallel logits, which the paper leaves out
     assert mem["activations"] == pytest.approx(layers_only, rel=0.02)
     assert mem["activations"] >= layers_only
+
+
+# --------------------------------------------------------------------------- dtypes
+
+
+def test_fp32_main_grads_are_megatrons_18_bytes_per_parameter(host):
+    """REFERENCE §2: Megatron keeps fp32 main grads, 18 bytes per parameter without its
+    distributed optimizer, 6 + 12/N_d with it."""
+    plain = report(host, Plan(dp=4, grad_dtype="fp32"))
+    psi = plain["parameters"] // 2
+    assert plain["parameters"] + plain["gradients"] + plain["optimizer"] == 18 * psi
+    dist = report(host, Plan(dp=4, zero=1, grad_dtype="fp32"))
+    assert dist["parameters"] + dist["gradients"] + dist["optimizer"] == pytest.approx((6 + 12 / 4) * psi, rel=1e-3)
+
+
+def test_dtypes_change_bytes_not_flops(host, traces):
+    bf16, _, _ = traces(Plan(dp=2))
+    fp32, _, _ = traces(Plan(dp=2, grad_dtype="fp32"))
+    a, b = bf16.manifest["rank_classes"][0], fp32.manifest["rank_classes"][0]
+    assert b["comm_bytes"]["all_reduce"] == 2 * a["comm_bytes"]["all_reduce"]  # fp32 gradients on the wire
+    assert b["flops"] == a["flops"]
+    half = report(host, Plan(dp=2, optimizer_dtype="bf16"))
+    full = report(host, Plan(dp=2))
+    assert half["optimizer"] * 2 == full["optimizer"]  # 6 vs 12 bytes per parameter
+    act32 = report(host, Plan(dp=2), dtype="fp32")
+    assert act32["activations"] > full["activations"] and act32["parameters"] == 2 * full["parameters"]
