@@ -1,4 +1,4 @@
-"""What model plugins share: a config base class and parameter counting.
+"""What model plugins share: a config base class, config checks, config.json reading, totals.
 
 A family's config is a frozen dataclass deriving from :class:`ModelConfig`.  Its
 fields are plain values (ints, floats, bools, strings), so a config round-trips
@@ -6,12 +6,29 @@ through ``to_dict``/``from_dict`` (manifests, ``--set key=value``) and compares
 by value.  ``build`` functions take a config and return the forward graph over
 the dims ``b`` (micro-batch size) and ``s`` (sequence length), which the plan
 binds later, and the model's own dims, bound from the config in ``graph.dims``.
+
+Besides :class:`ModelConfig`:
+
+* field checks for a config's ``__post_init__`` (:func:`check_int`, :func:`check_bool`,
+  :func:`check_choice`, :func:`check_divides`...), each raising :class:`UsageError`
+  ``"<Class> <field>=<value>: <what is valid>"``, and :func:`padded`;
+* :func:`load_hf_config` and :class:`HFKeys`: a Hugging Face ``config.json`` read from a
+  dict, a file or a folder, and typed reads of its keys whose errors name the key;
+* :func:`param_counts` and exact totals of a graph (:func:`evaluate_sum`,
+  :func:`step_values`, :func:`training_flops`, :func:`saved_bytes_per_layer`), what a
+  plugin's tests compare with published parameter counts, FLOPs and memory formulas.
+
+The standard layers (attention, MLPs, embedding, head) are in :mod:`stage_core.ir.blocks`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import typing
+from collections import Counter
+from pathlib import Path
 from typing import Any, Mapping
 
 from . import sym
@@ -110,3 +127,264 @@ def param_counts(graph: Graph) -> tuple[int, int]:
 
 def parameters(graph: Graph):
     return [p for p in graph.params if p.role is Role.PARAMETER]
+
+
+# ---------------------------------------------------------------------- exact totals of a graph
+def evaluate_sum(exprs, values: Mapping[str, int]) -> int:
+    """Exact sum of many symbolic expressions at ``values`` (identical ones evaluated once)."""
+    counts = Counter(exprs)
+    keys = list(counts)
+    return sum(n * v for n, v in zip(counts.values(), sym.Evaluator(keys)(values)))
+
+
+def step_values(graph: Graph, b: int = 1, s: int | None = None) -> dict[str, int]:
+    """Every dim of a model graph bound: its own dims, ``b``, and ``s`` (default ``meta["seq_len"]``)."""
+    values = dict(graph.dims)
+    values["b"] = b
+    values["s"] = s if s is not None else graph.meta["seq_len"]
+    return values
+
+
+def total(graph: Graph, what: str, values: Mapping[str, int], ops=None) -> int:
+    """``what`` (``flops``, ``matmul_flops``, ``other_flops``, ``bytes``) summed over the kernels of ``ops``
+    (default: every kernel of ``graph``) at ``values``."""
+    return evaluate_sum([getattr(op, what) for op in graph.kernels(ops)], values)
+
+
+def training_flops(graph: Graph, b: int = 1, s: int | None = None, what: str = "matmul_flops",
+                   phase: str | None = None) -> int:
+    """``what`` of one micro-batch through the training graph of the forward ``graph``
+    (forward, backward and optimizer; ``phase``: only that phase's kernels)."""
+    from .autodiff import differentiate
+
+    tg = differentiate(graph)
+    ops = [op for op in tg.kernels() if phase is None or op.phase == phase]
+    return evaluate_sum([getattr(op, what) for op in ops], step_values(graph, b, s))
+
+
+def saved_bytes_per_layer(training_graph: Graph, values: Mapping[str, int]) -> dict[int, int]:
+    """Bytes of the activations each layer's forward ops keep for backward (layer -> bytes)."""
+    per_layer: dict[int, dict] = {}
+    for op in training_graph.forward_ops:
+        if op.layer is None:
+            continue
+        for t in op.saved:
+            if t.role is Role.ACTIVATION:
+                per_layer.setdefault(op.layer, {})[t] = None
+    return {layer: evaluate_sum([t.nbytes for t in ts], values) for layer, ts in per_layer.items()}
+
+
+# ---------------------------------------------------------------------- config field checks
+#: the dtypes a model's weights and activations may have
+DTYPES = ("bf16", "fp16", "fp32")
+
+
+def padded(size: int, multiple: int) -> int:
+    """``size`` rounded up to a multiple of ``multiple`` (Megatron's vocabulary padding)."""
+    return -(-size // multiple) * multiple
+
+
+def _bad(cfg, field: str, what: str) -> UsageError:
+    return UsageError(f"{type(cfg).__name__} {field}={getattr(cfg, field)!r}: {what}")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_str(cfg, *fields: str) -> None:
+    """Each field of ``cfg`` is a string (``GPTConfig name=3: expected a string``)."""
+    for field in fields:
+        if not isinstance(getattr(cfg, field), str):
+            raise _bad(cfg, field, "expected a string")
+
+
+def check_bool(cfg, *fields: str) -> None:
+    """Each field is ``True`` or ``False`` (not 0, 1 or a string)."""
+    for field in fields:
+        if not isinstance(getattr(cfg, field), bool):
+            raise _bad(cfg, field, "expected true or false")
+
+
+def check_int(cfg, *fields: str, minimum: int = 1, optional: bool = False, why: str = "") -> None:
+    """Each field is an integer >= ``minimum`` (a bool is not); ``optional``: ``None`` passes too.
+
+    The message says "a positive integer" for ``minimum=1`` and adds ``why`` in
+    parentheses when given.
+    """
+    what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+    for field in fields:
+        value = getattr(cfg, field)
+        if value is None and optional:
+            continue
+        if not _is_int(value) or value < minimum:
+            raise _bad(cfg, field, f"expected {what}" + (f" ({why})" if why else ""))
+
+
+def check_positive_number(cfg, *fields: str, optional: bool = False) -> None:
+    """Each field is an int or float > 0; ``optional``: ``None`` passes too."""
+    for field in fields:
+        value = getattr(cfg, field)
+        if value is None and optional:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise _bad(cfg, field, "expected a positive number")
+
+
+def check_choice(cfg, field: str, valid: tuple[str, ...]) -> None:
+    """The field is one of ``valid`` (``... attention='ring': valid values are flash, classic``)."""
+    if getattr(cfg, field) not in valid:
+        raise _bad(cfg, field, f"valid values are {', '.join(valid)}")
+
+
+def check_divides(cfg, divisor: str, field: str, why: str = "") -> None:
+    """Field ``divisor`` divides field ``field`` (both already checked ints; ``None`` passes).
+
+    ``GPTConfig heads=5 does not divide hidden=128: <why>``.
+    """
+    d, n = getattr(cfg, divisor), getattr(cfg, field)
+    if d is not None and n is not None and n % d:
+        tail = f": {why}" if why else ""
+        raise UsageError(f"{type(cfg).__name__} {divisor}={d} does not divide {field}={n}{tail}")
+
+
+def check_at_most(cfg, field: str, limit: str, why: str = "") -> None:
+    """Field ``field`` is at most field ``limit`` (``... seq_len=512 exceeds max_positions=256: <why>``)."""
+    value, most = getattr(cfg, field), getattr(cfg, limit)
+    if value > most:
+        tail = f": {why}" if why else ""
+        raise UsageError(f"{type(cfg).__name__} {field}={value} exceeds {limit}={most}{tail}")
+
+
+# ---------------------------------------------------------------------- Hugging Face config.json
+HF_LABEL = "config.json"
+_REQUIRED: Any = object()
+
+
+def load_hf_config(source: Mapping[str, Any] | str | os.PathLike) -> tuple[Mapping[str, Any], str]:
+    """A parsed Hugging Face ``config.json`` and a label for messages.
+
+    ``source`` is a mapping (returned as is, labelled ``config.json``), a path to the
+    file, or a path to its folder (``<folder>/config.json``; the label is the path).
+    Raises :class:`UsageError` when the file cannot be read, is not valid JSON or does
+    not hold a JSON object.
+    """
+    if isinstance(source, Mapping):
+        return source, HF_LABEL
+    path = Path(source)
+    if path.is_dir():
+        path = path / HF_LABEL
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"cannot read Hugging Face config {str(path)!r}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"Hugging Face config {str(path)!r} is not valid JSON: {exc}") from None
+    if not isinstance(data, Mapping):
+        raise UsageError(f"Hugging Face config {str(path)!r} must hold a JSON object")
+    return data, str(path)
+
+
+class HFKeys:
+    """Typed reads of a ``config.json``'s keys; every :class:`UsageError` names the key.
+
+    Messages start with ``label`` (the file, or ``config.json`` for a dict)::
+
+        r = HFKeys.load(path)              # or HFKeys(mapping)
+        hidden = r.int("hidden_size")      # required: "<label>: required key 'hidden_size' is missing ..."
+        kv = r.int("num_key_value_heads", default=None)    # absent or null: None
+        shared = r.int("n_shared_experts", default=0, minimum=0)
+        if hidden % heads:
+            r.fail("num_attention_heads", f"does not divide hidden_size={hidden}")
+    """
+
+    def __init__(self, data: Mapping[str, Any], label: str = HF_LABEL):
+        self.data = data
+        self.label = label
+
+    @classmethod
+    def load(cls, source: Mapping[str, Any] | str | os.PathLike) -> "HFKeys":
+        """Keys of a config.json given as :func:`load_hf_config` takes it."""
+        return cls(*load_hf_config(source))
+
+    @property
+    def model_type(self):
+        return self.data.get("model_type")
+
+    @property
+    def model_name(self) -> str:
+        """``_name_or_path``, or ``hf-<model_type>``: the name of a config imported from here."""
+        return str(self.data.get("_name_or_path") or f"hf-{self.model_type}")
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.data.get(key, default)
+
+    def fail(self, key: str, message: str) -> typing.NoReturn:
+        """Raise ``<label>: key '<key>'=<value>: <message>``."""
+        raise UsageError(f"{self.label}: key {key!r}={self.data.get(key)!r}: {message}")
+
+    def int(self, key: str, default: Any = _REQUIRED, *, minimum: int = 1, or_keys: tuple[str, ...] = ()):
+        """The integer at ``key`` (>= ``minimum``; a bool is not an integer).
+
+        ``or_keys``: older names read when ``key`` is absent or null.  Without a
+        ``default`` the key is required; with one, an absent or null key gives it.
+        """
+        for k in (key, *or_keys):
+            value = self.data.get(k)
+            if value is None:
+                continue
+            if not _is_int(value) or value < minimum:
+                self.fail(k, "expected a positive integer" if minimum == 1 else f"expected an integer >= {minimum}")
+            return value
+        if default is _REQUIRED:
+            raise UsageError(f"{self.label}: required key {key!r} is missing (model_type {self.model_type!r})")
+        return default
+
+    def number(self, key: str, default: float) -> float:
+        """The positive number (int or float) at ``key``; absent or null: ``default``."""
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            self.fail(key, "expected a positive number")
+        return value
+
+    def bool(self, key: str, default: bool) -> bool:
+        """The JSON ``true``/``false`` at ``key``; absent or null: ``default``."""
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            self.fail(key, "expected true or false")
+        return value
+
+    def index_list(self, key: str) -> tuple[int, ...]:
+        """A list of integers >= 0 (layer indices) at ``key``; absent or null: empty."""
+        value = self.data.get(key) or []
+        if not isinstance(value, list) or any(not _is_int(v) or v < 0 for v in value):
+            self.fail(key, "expected a list of layer indices")
+        return tuple(value)
+
+    def stage_section(self, valid: tuple[str, ...]) -> dict[str, Any]:
+        """The optional ``"stage"`` object: STAGE's own settings config.json has no key for.
+
+        Its keys must be among ``valid`` (config field names); absent: ``{}``.
+        """
+        section = self.data.get("stage")
+        if section is None:
+            return {}
+        if not isinstance(section, Mapping):
+            raise UsageError(f"{self.label}: key 'stage' must be an object with keys {', '.join(valid)}")
+        unknown = sorted(set(section) - set(valid))
+        if unknown:
+            raise UsageError(
+                f"{self.label}: unknown key(s) stage.{', stage.'.join(unknown)}; valid: {', '.join(valid)}"
+            )
+        return dict(section)
+
+    def make(self, config_class, fields: Mapping[str, Any]):
+        """``config_class(**fields)``, its :class:`UsageError` prefixed with the label."""
+        try:
+            return config_class(**fields)
+        except UsageError as exc:
+            raise UsageError(f"{self.label}: {exc}") from None

@@ -9,16 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stage_core.errors import UsageError
-from stage_core.models import ModelConfig
+from stage_core.ir.blocks import ATTENTION_KINDS
+from stage_core.models import (DTYPES, ModelConfig, check_at_most, check_bool, check_choice, check_divides,
+                               check_int, check_str, padded)
 
 FAMILY = "gpt"
-ATTENTION_KINDS = ("flash", "classic")
-DTYPES = ("bf16", "fp16", "fp32")
-
-
-def padded(size: int, multiple: int) -> int:
-    """``size`` rounded up to a multiple of ``multiple`` (Megatron's vocabulary padding)."""
-    return -(-size // multiple) * multiple
 
 
 @dataclass(frozen=True)
@@ -50,31 +45,18 @@ class GPTConfig(ModelConfig):
     dtype: str = "bf16"
 
     def __post_init__(self):
-        _check_str(self, "name")
+        check_str(self, "name")
         if self.family != FAMILY:
             raise UsageError(f"GPTConfig family={self.family!r}: a GPT config's family must be {FAMILY!r}")
-        for field in ("layers", "hidden", "heads", "vocab_size", "vocab_pad_to", "max_positions", "seq_len"):
-            _check_positive_int(self, field)
-        if self.ffn_hidden is not None:
-            _check_positive_int(self, "ffn_hidden")
-        for field in ("tie_embeddings", "causal_flops"):
-            _check_bool(self, field)
-        if self.hidden % self.heads:
-            raise UsageError(
-                f"GPTConfig heads={self.heads} does not divide hidden={self.hidden}: "
-                f"the head dim is hidden/heads; valid head counts divide {self.hidden}"
-            )
-        if self.attention not in ATTENTION_KINDS:
-            raise UsageError(
-                f"GPTConfig attention={self.attention!r}: valid values are {', '.join(ATTENTION_KINDS)}"
-            )
-        if self.dtype not in DTYPES:
-            raise UsageError(f"GPTConfig dtype={self.dtype!r}: valid values are {', '.join(DTYPES)}")
-        if self.seq_len > self.max_positions:
-            raise UsageError(
-                f"GPTConfig seq_len={self.seq_len} exceeds max_positions={self.max_positions}: "
-                f"learned positions exist for at most {self.max_positions} tokens"
-            )
+        check_int(self, "layers", "hidden", "heads", "vocab_size", "vocab_pad_to", "max_positions", "seq_len")
+        check_int(self, "ffn_hidden", optional=True)
+        check_bool(self, "tie_embeddings", "causal_flops")
+        check_divides(self, "heads", "hidden",
+                      f"the head dim is hidden/heads; valid head counts divide {self.hidden}")
+        check_choice(self, "attention", ATTENTION_KINDS)
+        check_choice(self, "dtype", DTYPES)
+        check_at_most(self, "seq_len", "max_positions",
+                      f"learned positions exist for at most {self.max_positions} tokens")
 
     # ------------------------------------------------------------------ derived sizes
     @property
@@ -107,20 +89,3 @@ class GPTConfig(ModelConfig):
 
         return to_hf(self)
 
-
-def _check_str(cfg, field: str) -> None:
-    value = getattr(cfg, field)
-    if not isinstance(value, str):
-        raise UsageError(f"{type(cfg).__name__} {field}={value!r}: expected a string")
-
-
-def _check_positive_int(cfg, field: str) -> None:
-    value = getattr(cfg, field)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise UsageError(f"{type(cfg).__name__} {field}={value!r}: expected a positive integer")
-
-
-def _check_bool(cfg, field: str) -> None:
-    value = getattr(cfg, field)
-    if not isinstance(value, bool):
-        raise UsageError(f"{type(cfg).__name__} {field}={value!r}: expected true or false")

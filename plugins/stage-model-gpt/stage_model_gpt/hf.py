@@ -9,12 +9,11 @@ padding, training sequence length, attention kernel, dtype) travel in an optiona
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
 from typing import Any, Mapping
 
 from stage_core.errors import UsageError
+from stage_core.models import HFKeys
 
 from .config import GPTConfig
 
@@ -23,67 +22,34 @@ MODEL_TYPES = ("gpt2",)
 STAGE_KEYS = ("name", "vocab_pad_to", "seq_len", "attention", "causal_flops", "dtype")
 
 
-def load(source: Mapping[str, Any] | str | os.PathLike) -> tuple[Mapping[str, Any], str]:
-    """A parsed config.json and a label for messages; ``source`` may be a dict, a file or a folder."""
-    if isinstance(source, Mapping):
-        return source, "config.json"
-    path = Path(source)
-    if path.is_dir():
-        path = path / "config.json"
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise UsageError(f"cannot read Hugging Face config {str(path)!r}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"Hugging Face config {str(path)!r} is not valid JSON: {exc}") from None
-    if not isinstance(data, Mapping):
-        raise UsageError(f"Hugging Face config {str(path)!r} must hold a JSON object")
-    return data, str(path)
-
-
 def config_from_hf(source: Mapping[str, Any] | str | os.PathLike) -> GPTConfig | None:
     """A :class:`GPTConfig` from a gpt2 config.json (dict or path); ``None`` for other model types."""
-    hf, where = load(source)
-    if hf.get("model_type") not in MODEL_TYPES:
+    r = HFKeys.load(source)
+    if r.model_type not in MODEL_TYPES:
         return None
-
-    def need(*keys: str) -> tuple[str, int]:
-        for key in keys:
-            if key in hf and hf[key] is not None:
-                return key, _positive_int(hf, key, where)
-        raise UsageError(f"{where}: required key {keys[0]!r} is missing (model_type {hf['model_type']!r})")
-
-    _, hidden = need("n_embd")
-    _, layers = need("n_layer")
-    heads_key, heads = need("n_head")
-    _, positions = need("n_positions", "n_ctx")
-    _, vocab = need("vocab_size")
+    hidden = r.int("n_embd")
+    layers = r.int("n_layer")
+    heads = r.int("n_head")
+    positions = r.int("n_positions", or_keys=("n_ctx",))
+    vocab = r.int("vocab_size")
     if hidden % heads:
         raise UsageError(
-            f"{where}: {heads_key}={heads} does not divide n_embd={hidden} "
-            f"(the head dim is n_embd/{heads_key}; valid head counts divide {hidden})"
+            f"{r.label}: n_head={heads} does not divide n_embd={hidden} "
+            f"(the head dim is n_embd/n_head; valid head counts divide {hidden})"
         )
-    ffn = None if hf.get("n_inner") is None else _positive_int(hf, "n_inner", where)
-    tie = hf.get("tie_word_embeddings", True)
-    if not isinstance(tie, bool):
-        raise UsageError(f"{where}: key 'tie_word_embeddings'={tie!r}: expected true or false")
-
     fields: dict[str, Any] = {
-        "name": str(hf.get("_name_or_path") or "hf-gpt2"),
+        "name": r.model_name,
         "layers": layers,
         "hidden": hidden,
         "heads": heads,
-        "ffn_hidden": ffn,
+        "ffn_hidden": r.int("n_inner", default=None),
         "vocab_size": vocab,
         "max_positions": positions,
         "seq_len": positions,
-        "tie_embeddings": tie,
+        "tie_embeddings": r.bool("tie_word_embeddings", True),
     }
-    fields.update(_stage_section(hf, where))
-    try:
-        return GPTConfig(**fields)
-    except UsageError as exc:
-        raise UsageError(f"{where}: {exc}") from None
+    fields.update(r.stage_section(STAGE_KEYS))
+    return r.make(GPTConfig, fields)
 
 
 def to_hf(config: GPTConfig) -> dict[str, Any]:
@@ -104,21 +70,3 @@ def to_hf(config: GPTConfig) -> dict[str, Any]:
         "stage": {key: getattr(c, key) for key in STAGE_KEYS},
     }
 
-
-def _stage_section(hf: Mapping[str, Any], where: str) -> dict[str, Any]:
-    section = hf.get("stage")
-    if section is None:
-        return {}
-    if not isinstance(section, Mapping):
-        raise UsageError(f"{where}: key 'stage' must be an object with keys {', '.join(STAGE_KEYS)}")
-    unknown = sorted(set(section) - set(STAGE_KEYS))
-    if unknown:
-        raise UsageError(f"{where}: unknown key(s) stage.{', stage.'.join(unknown)}; valid: {', '.join(STAGE_KEYS)}")
-    return dict(section)
-
-
-def _positive_int(hf: Mapping[str, Any], key: str, where: str) -> int:
-    value = hf[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise UsageError(f"{where}: key {key!r}={value!r}: expected a positive integer")
-    return value

@@ -11,10 +11,10 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
-from gpt_testutil import evaluate_sum, step_values, training_flops
 from stage_core import sym
 from stage_core.autodiff import differentiate
 from stage_core.ir.ops import BACKWARD, FORWARD
+from stage_core.models import evaluate_sum, step_values, training_flops
 
 from stage_model_gpt import PRESETS, build
 

@@ -5,23 +5,19 @@ from __future__ import annotations
 import time
 from importlib.metadata import entry_points
 
-import pluggy
 import pytest
-from stage_core import hookspecs, sym
+from stage_core import sym
 from stage_core.errors import UsageError
 from stage_core.models import PLAN_DIMS
 from stage_core.records import ModelSpec
+from stage_core.testing import fresh_host
 
 from stage_model_gpt import PRESETS, GPTConfig, build, plugin
 from stage_model_gpt.hf import to_hf
 
 
 def _manager():
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
-    pm.add_hookspecs(hookspecs)
-    pm.register(plugin, name="gpt")
-    pm.check_pending()
-    return pm
+    return fresh_host((plugin, "gpt")).pm
 
 
 def test_stage_models_hook():

@@ -10,16 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stage_core.errors import UsageError
-from stage_core.models import ModelConfig
+from stage_core.ir.blocks import ATTENTION_KINDS
+from stage_core.models import (DTYPES, ModelConfig, check_at_most, check_bool, check_choice, check_divides,
+                               check_int, check_str, padded)
 
 FAMILY = "llama"
-ATTENTION_KINDS = ("flash", "classic")
-DTYPES = ("bf16", "fp16", "fp32")
-
-
-def padded(size: int, multiple: int) -> int:
-    """``size`` rounded up to a multiple of ``multiple`` (Megatron's vocabulary padding)."""
-    return -(-size // multiple) * multiple
 
 
 @dataclass(frozen=True)
@@ -55,40 +50,21 @@ class LlamaConfig(ModelConfig):
     dtype: str = "bf16"
 
     def __post_init__(self):
-        cls = type(self).__name__
-        if not isinstance(self.name, str):
-            raise UsageError(f"{cls} name={self.name!r}: expected a string")
+        check_str(self, "name")
         if self.family != FAMILY:
-            raise UsageError(f"{cls} family={self.family!r}: a LLaMA config's family must be {FAMILY!r}")
-        for field in ("layers", "hidden", "heads", "ffn_hidden", "vocab_size", "vocab_pad_to", "max_positions",
-                      "seq_len"):
-            _check_positive_int(self, field)
-        for field in ("kv_heads", "head_dim"):
-            if getattr(self, field) is not None:
-                _check_positive_int(self, field)
-        for field in ("tie_embeddings", "qkv_bias", "causal_flops"):
-            value = getattr(self, field)
-            if not isinstance(value, bool):
-                raise UsageError(f"{cls} {field}={value!r}: expected true or false")
-        if self.head_dim is None and self.hidden % self.heads:
-            raise UsageError(
-                f"{cls} heads={self.heads} does not divide hidden={self.hidden}: without head_dim the head dim "
-                f"is hidden/heads; use a head count that divides {self.hidden} or set head_dim"
-            )
-        if self.heads % self.groups:
-            raise UsageError(
-                f"{cls} kv_heads={self.kv_heads} does not divide heads={self.heads}: each key/value head "
-                f"serves a whole group of query heads; valid kv_heads divide {self.heads}"
-            )
-        if self.attention not in ATTENTION_KINDS:
-            raise UsageError(f"{cls} attention={self.attention!r}: valid values are {', '.join(ATTENTION_KINDS)}")
-        if self.dtype not in DTYPES:
-            raise UsageError(f"{cls} dtype={self.dtype!r}: valid values are {', '.join(DTYPES)}")
-        if self.seq_len > self.max_positions:
-            raise UsageError(
-                f"{cls} seq_len={self.seq_len} exceeds max_positions={self.max_positions}: "
-                f"the model's context is {self.max_positions} tokens"
-            )
+            raise UsageError(f"LlamaConfig family={self.family!r}: a LLaMA config's family must be {FAMILY!r}")
+        check_int(self, "layers", "hidden", "heads", "ffn_hidden", "vocab_size", "vocab_pad_to", "max_positions",
+                  "seq_len")
+        check_int(self, "kv_heads", "head_dim", optional=True)
+        check_bool(self, "tie_embeddings", "qkv_bias", "causal_flops")
+        if self.head_dim is None:
+            check_divides(self, "heads", "hidden", f"without head_dim the head dim is hidden/heads; use a head "
+                                                   f"count that divides {self.hidden} or set head_dim")
+        check_divides(self, "kv_heads", "heads", f"each key/value head serves a whole group of query heads; "
+                                                 f"valid kv_heads divide {self.heads}")
+        check_choice(self, "attention", ATTENTION_KINDS)
+        check_choice(self, "dtype", DTYPES)
+        check_at_most(self, "seq_len", "max_positions", f"the model's context is {self.max_positions} tokens")
 
     # ------------------------------------------------------------------ derived sizes
     @property
@@ -121,8 +97,3 @@ class LlamaConfig(ModelConfig):
 
         return to_hf(self, model_type)
 
-
-def _check_positive_int(cfg, field: str) -> None:
-    value = getattr(cfg, field)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise UsageError(f"{type(cfg).__name__} {field}={value!r}: expected a positive integer")

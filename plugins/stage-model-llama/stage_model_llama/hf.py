@@ -18,12 +18,11 @@ training sequence length is ``min(max_position_embeddings, 8192)``.
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
 from typing import Any, Mapping
 
 from stage_core.errors import UsageError
+from stage_core.models import HFKeys
 
 from .config import LlamaConfig
 
@@ -36,71 +35,43 @@ DEFAULT_SEQ_CAP = 8192
 SILU = ("silu", "swish")
 
 
-def load(source: Mapping[str, Any] | str | os.PathLike) -> tuple[Mapping[str, Any], str]:
-    """A parsed config.json and a label for messages; ``source`` may be a dict, a file or a folder."""
-    if isinstance(source, Mapping):
-        return source, "config.json"
-    path = Path(source)
-    if path.is_dir():
-        path = path / "config.json"
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise UsageError(f"cannot read Hugging Face config {str(path)!r}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"Hugging Face config {str(path)!r} is not valid JSON: {exc}") from None
-    if not isinstance(data, Mapping):
-        raise UsageError(f"Hugging Face config {str(path)!r} must hold a JSON object")
-    return data, str(path)
-
-
 def config_from_hf(source: Mapping[str, Any] | str | os.PathLike) -> LlamaConfig | None:
     """A :class:`LlamaConfig` from a llama/mistral/qwen2 config.json (dict or path); else ``None``."""
-    hf, where = load(source)
-    model_type = hf.get("model_type")
+    r = HFKeys.load(source)
+    model_type = r.model_type
     if model_type not in MODEL_TYPES:
         return None
-
-    def need(key: str) -> int:
-        if hf.get(key) is None:
-            raise UsageError(f"{where}: required key {key!r} is missing (model_type {model_type!r})")
-        return _positive_int(hf, key, where)
-
-    def optional(key: str) -> int | None:
-        return None if hf.get(key) is None else _positive_int(hf, key, where)
-
-    hidden = need("hidden_size")
-    ffn = need("intermediate_size")
-    layers = need("num_hidden_layers")
-    heads = need("num_attention_heads")
-    vocab = need("vocab_size")
-    positions = need("max_position_embeddings")
-    kv_heads = optional("num_key_value_heads") or heads
-    head_dim = optional("head_dim")
+    hidden = r.int("hidden_size")
+    ffn = r.int("intermediate_size")
+    layers = r.int("num_hidden_layers")
+    heads = r.int("num_attention_heads")
+    vocab = r.int("vocab_size")
+    positions = r.int("max_position_embeddings")
+    kv_heads = r.int("num_key_value_heads", default=None) or heads
+    head_dim = r.int("head_dim", default=None)
     if head_dim is None and hidden % heads:
         raise UsageError(
-            f"{where}: num_attention_heads={heads} does not divide hidden_size={hidden} and there is no "
+            f"{r.label}: num_attention_heads={heads} does not divide hidden_size={hidden} and there is no "
             f"head_dim (valid head counts divide {hidden})"
         )
     if heads % kv_heads:
         raise UsageError(
-            f"{where}: num_key_value_heads={kv_heads} does not divide num_attention_heads={heads} "
+            f"{r.label}: num_key_value_heads={kv_heads} does not divide num_attention_heads={heads} "
             f"(valid values divide {heads})"
         )
-    act = hf.get("hidden_act", "silu")
-    if act not in SILU:
-        raise UsageError(f"{where}: key 'hidden_act'={act!r}: this family's MLP is SwiGLU; valid: silu")
-    tie = _bool(hf, "tie_word_embeddings", False, where)
+    if r.get("hidden_act", "silu") not in SILU:
+        r.fail("hidden_act", "this family's MLP is SwiGLU; valid: silu")
+    tie = r.bool("tie_word_embeddings", False)
     for key in ("attention_bias", "mlp_bias"):
-        if _bool(hf, key, False, where):
+        if r.bool(key, False):
             raise UsageError(
-                f"{where}: key {key!r}=true is not supported: it biases "
+                f"{r.label}: key {key!r}=true is not supported: it biases "
                 f"{'the output projection as well as q, k, v' if key == 'attention_bias' else 'the MLP'}; "
                 f"only QKV bias (qwen2) is modelled"
             )
 
     fields: dict[str, Any] = {
-        "name": str(hf.get("_name_or_path") or f"hf-{model_type}"),
+        "name": r.model_name,
         "layers": layers,
         "hidden": hidden,
         "heads": heads,
@@ -113,11 +84,8 @@ def config_from_hf(source: Mapping[str, Any] | str | os.PathLike) -> LlamaConfig
         "tie_embeddings": tie,
         "qkv_bias": model_type == "qwen2",
     }
-    fields.update(_stage_section(hf, where))
-    try:
-        return LlamaConfig(**fields)
-    except UsageError as exc:
-        raise UsageError(f"{where}: {exc}") from None
+    fields.update(r.stage_section(STAGE_KEYS))
+    return r.make(LlamaConfig, fields)
 
 
 def to_hf(config: LlamaConfig, model_type: str | None = None) -> dict[str, Any]:
@@ -156,30 +124,3 @@ def to_hf(config: LlamaConfig, model_type: str | None = None) -> dict[str, Any]:
     out["stage"] = {key: getattr(c, key) for key in STAGE_KEYS}
     return out
 
-
-def _stage_section(hf: Mapping[str, Any], where: str) -> dict[str, Any]:
-    section = hf.get("stage")
-    if section is None:
-        return {}
-    if not isinstance(section, Mapping):
-        raise UsageError(f"{where}: key 'stage' must be an object with keys {', '.join(STAGE_KEYS)}")
-    unknown = sorted(set(section) - set(STAGE_KEYS))
-    if unknown:
-        raise UsageError(f"{where}: unknown key(s) stage.{', stage.'.join(unknown)}; valid: {', '.join(STAGE_KEYS)}")
-    return dict(section)
-
-
-def _positive_int(hf: Mapping[str, Any], key: str, where: str) -> int:
-    value = hf[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise UsageError(f"{where}: key {key!r}={value!r}: expected a positive integer")
-    return value
-
-
-def _bool(hf: Mapping[str, Any], key: str, default: bool, where: str) -> bool:
-    value = hf.get(key, default)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise UsageError(f"{where}: key {key!r}={value!r}: expected true or false")
-    return value

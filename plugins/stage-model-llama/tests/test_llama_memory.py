@@ -11,8 +11,8 @@ dropout in this family).
 from __future__ import annotations
 
 import pytest
-from llama_testutil import saved_bytes_per_layer, step_values
 from stage_core.autodiff import differentiate
+from stage_core.models import saved_bytes_per_layer, step_values
 
 from stage_model_llama import PRESETS, build
 

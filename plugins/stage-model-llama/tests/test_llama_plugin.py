@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 from importlib.metadata import entry_points
 
-import pluggy
 import pytest
-from stage_core import hookspecs, sym
+from stage_core import sym
 from stage_core.errors import UsageError
 from stage_core.models import PLAN_DIMS
 from stage_core.records import ModelSpec
+from stage_core.testing import fresh_host
 
 from stage_model_llama import PRESETS, LlamaConfig, build, plugin
 from stage_model_llama.hf import to_hf
@@ -20,11 +20,7 @@ EXPECTED = {"llama-tiny", "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", 
 
 
 def _manager():
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
-    pm.add_hookspecs(hookspecs)
-    pm.register(plugin, name="llama")
-    pm.check_pending()
-    return pm
+    return fresh_host((plugin, "llama")).pm
 
 
 def test_stage_models_hook():

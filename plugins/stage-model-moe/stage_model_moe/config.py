@@ -12,19 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stage_core.errors import UsageError
-from stage_core.models import ModelConfig
+from stage_core.ir.blocks import ATTENTION_KINDS
+from stage_core.models import (DTYPES, ModelConfig, check_at_most, check_bool, check_choice, check_divides,
+                               check_int, check_positive_number, check_str, padded)
 
 FAMILY = "moe"
 ARCHS = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3")
-ATTENTION_KINDS = ("flash", "classic")
 ATTENTION_TYPES = ("gqa", "mla")
 ROUTER_SCORES = ("softmax", "sigmoid")
-DTYPES = ("bf16", "fp16", "fp32")
-
-
-def padded(size: int, multiple: int) -> int:
-    """``size`` rounded up to a multiple of ``multiple`` (Megatron's vocabulary padding)."""
-    return -(-size // multiple) * multiple
 
 
 @dataclass(frozen=True)
@@ -107,53 +102,28 @@ class MoEConfig(ModelConfig):
 
     def __post_init__(self):
         cls = type(self).__name__
-        if not isinstance(self.name, str):
-            raise UsageError(f"{cls} name={self.name!r}: expected a string")
+        check_str(self, "name")
         if self.family != FAMILY:
             raise UsageError(f"{cls} family={self.family!r}: a MoE config's family must be {FAMILY!r}")
-        _check_choice(self, "arch", ARCHS)
-        for field in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab_size", "vocab_pad_to",
-                      "experts", "experts_per_token", "expert_ffn_hidden", "sparse_step", "expert_groups",
-                      "topk_groups", "max_positions", "seq_len"):
-            _check_int(self, field, minimum=1)
-        for field in ("shared_expert_ffn_hidden", "first_dense_layers", "mtp_layers"):
-            _check_int(self, field, minimum=0)
-        for field in ("shared_expert_gate", "norm_topk_prob", "router_selection_bias", "qk_norm", "qkv_bias",
-                      "tie_embeddings", "causal_flops"):
-            _check_bool(self, field)
-        for field in ("routed_scaling_factor", "rope_theta", "norm_eps"):
-            _check_positive_number(self, field)
-        if self.capacity_factor is not None:
-            _check_positive_number(self, "capacity_factor")
-        _check_choice(self, "router_score", ROUTER_SCORES)
-        _check_choice(self, "attention_type", ATTENTION_TYPES)
-        _check_choice(self, "attention", ATTENTION_KINDS)
-        _check_choice(self, "dtype", DTYPES)
+        check_choice(self, "arch", ARCHS)
+        check_int(self, "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab_size", "vocab_pad_to",
+                  "experts", "experts_per_token", "expert_ffn_hidden", "sparse_step", "expert_groups",
+                  "topk_groups", "max_positions", "seq_len")
+        check_int(self, "shared_expert_ffn_hidden", "first_dense_layers", "mtp_layers", minimum=0)
+        check_bool(self, "shared_expert_gate", "norm_topk_prob", "router_selection_bias", "qk_norm", "qkv_bias",
+                   "tie_embeddings", "causal_flops")
+        check_positive_number(self, "routed_scaling_factor", "rope_theta", "norm_eps")
+        check_positive_number(self, "capacity_factor", optional=True)
+        check_choice(self, "router_score", ROUTER_SCORES)
+        check_choice(self, "attention_type", ATTENTION_TYPES)
+        check_choice(self, "attention", ATTENTION_KINDS)
+        check_choice(self, "dtype", DTYPES)
 
-        if self.experts_per_token > self.experts:
-            raise UsageError(
-                f"{cls} experts_per_token={self.experts_per_token} exceeds experts={self.experts}: "
-                f"valid values are 1..{self.experts}"
-            )
-        if self.topk_groups > self.expert_groups:
-            raise UsageError(
-                f"{cls} topk_groups={self.topk_groups} exceeds expert_groups={self.expert_groups}: "
-                f"valid values are 1..{self.expert_groups}"
-            )
-        if self.experts % self.expert_groups:
-            raise UsageError(
-                f"{cls} expert_groups={self.expert_groups} does not divide experts={self.experts}"
-            )
-        if self.heads % self.kv_heads:
-            raise UsageError(
-                f"{cls} kv_heads={self.kv_heads} does not divide heads={self.heads}: "
-                f"valid KV head counts divide {self.heads}"
-            )
-        if self.first_dense_layers > self.layers:
-            raise UsageError(
-                f"{cls} first_dense_layers={self.first_dense_layers} exceeds layers={self.layers}: "
-                f"valid values are 0..{self.layers}"
-            )
+        check_at_most(self, "experts_per_token", "experts", f"valid values are 1..{self.experts}")
+        check_at_most(self, "topk_groups", "expert_groups", f"valid values are 1..{self.expert_groups}")
+        check_divides(self, "expert_groups", "experts")
+        check_divides(self, "kv_heads", "heads", f"valid KV head counts divide {self.heads}")
+        check_at_most(self, "first_dense_layers", "layers", f"valid values are 0..{self.layers}")
         for i in self.dense_layer_indices:
             if not 0 <= i < self.layers:
                 raise UsageError(
@@ -162,18 +132,14 @@ class MoEConfig(ModelConfig):
 
         if self.attention_type == "gqa":
             if self.head_dim is None:
-                if self.hidden % self.heads:
-                    raise UsageError(
-                        f"{cls} heads={self.heads} does not divide hidden={self.hidden}: the head dim is "
-                        f"hidden/heads unless head_dim is given; valid head counts divide {self.hidden}"
-                    )
+                check_divides(self, "heads", "hidden", f"the head dim is hidden/heads unless head_dim is given; "
+                                                       f"valid head counts divide {self.hidden}")
             else:
-                _check_int(self, "head_dim", minimum=1)
+                check_int(self, "head_dim")
         else:
-            for field in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
-                _check_int(self, field, minimum=1, why="multi-head latent attention needs it")
-            if self.q_lora_rank is not None:
-                _check_int(self, "q_lora_rank", minimum=1)
+            check_int(self, "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+                      why="multi-head latent attention needs it")
+            check_int(self, "q_lora_rank", optional=True)
             if self.qkv_bias or self.qk_norm:
                 raise UsageError(f"{cls} attention_type='mla' has no qkv_bias or qk_norm; set both false")
             if self.kv_heads != self.heads:
@@ -267,28 +233,3 @@ class MoEConfig(ModelConfig):
 
         return to_hf(self)
 
-
-# ---------------------------------------------------------------------- checks
-def _check_choice(cfg, field: str, valid) -> None:
-    value = getattr(cfg, field)
-    if value not in valid:
-        raise UsageError(f"{type(cfg).__name__} {field}={value!r}: valid values are {', '.join(valid)}")
-
-
-def _check_int(cfg, field: str, *, minimum: int, why: str = "") -> None:
-    value = getattr(cfg, field)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise UsageError(f"{type(cfg).__name__} {field}={value!r}: expected {what}" + (f" ({why})" if why else ""))
-
-
-def _check_bool(cfg, field: str) -> None:
-    value = getattr(cfg, field)
-    if not isinstance(value, bool):
-        raise UsageError(f"{type(cfg).__name__} {field}={value!r}: expected true or false")
-
-
-def _check_positive_number(cfg, field: str) -> None:
-    value = getattr(cfg, field)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise UsageError(f"{type(cfg).__name__} {field}={value!r}: expected a positive number")

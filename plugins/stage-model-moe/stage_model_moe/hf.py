@@ -9,11 +9,9 @@ missing values raise :class:`UsageError` naming the config.json key.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-from stage_core.errors import UsageError
+from stage_core.models import HFKeys
 
 from .config import MoEConfig
 
@@ -21,81 +19,15 @@ MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3")
 DEFAULT_SEQ_LEN = 4096
 
 
-def load(hf_config) -> Mapping[str, Any]:
-    """A parsed config.json: a mapping as is, or a path to the file or to its folder."""
-    if isinstance(hf_config, Mapping):
-        return hf_config
-    path = Path(hf_config)
-    if path.is_dir():
-        path = path / "config.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"cannot read Hugging Face config {str(path)!r}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"Hugging Face config {str(path)!r} is not valid JSON: {exc}") from None
-    if not isinstance(data, Mapping):
-        raise UsageError(f"Hugging Face config {str(path)!r}: expected a JSON object")
-    return data
-
-
-class _Reader:
-    """Typed access to config.json keys; every error names the key."""
-
-    def __init__(self, data: Mapping[str, Any]):
-        self.data = data
-        self.model_type = data.get("model_type")
-
-    def _where(self, key: str) -> str:
-        return f"config.json (model_type {self.model_type}) {key}"
-
-    def int(self, key: str, default: Any = ..., minimum: int = 1):
-        if key not in self.data or self.data[key] is None:
-            if default is ...:
-                raise UsageError(f"{self._where(key)}: required key is missing")
-            return default
-        value = self.data[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-            raise UsageError(f"{self._where(key)}={value!r}: expected {what}")
-        return value
-
-    def number(self, key: str, default: float):
-        value = self.data.get(key)
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise UsageError(f"{self._where(key)}={value!r}: expected a positive number")
-        return value
-
-    def bool(self, key: str, default: bool):
-        value = self.data.get(key, default)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise UsageError(f"{self._where(key)}={value!r}: expected true or false")
-        return value
-
-    def int_list(self, key: str) -> tuple[int, ...]:
-        value = self.data.get(key) or []
-        if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in value):
-            raise UsageError(f"{self._where(key)}={value!r}: expected a list of layer indices")
-        return tuple(value)
-
-    def fail(self, key: str, message: str):
-        raise UsageError(f"{self._where(key)}={self.data.get(key)!r}: {message}")
-
-
 def config_from_hf(hf_config) -> MoEConfig | None:
     """A :class:`MoEConfig` for a Mixtral, Qwen2-MoE, Qwen3-MoE or DeepSeek-V3 config.json.
 
     Returns ``None`` for any other ``model_type`` (another plugin may handle it).
     """
-    data = load(hf_config)
-    model_type = data.get("model_type")
+    r = HFKeys.load(hf_config)
+    model_type = r.model_type
     if model_type not in MODEL_TYPES:
         return None
-    r = _Reader(data)
     layers = r.int("num_hidden_layers")
     hidden = r.int("hidden_size")
     heads = r.int("num_attention_heads")
@@ -103,7 +35,7 @@ def config_from_hf(hf_config) -> MoEConfig | None:
     if heads % kv_heads:
         r.fail("num_key_value_heads", f"does not divide num_attention_heads={heads}")
     fields: dict[str, Any] = dict(
-        name=str(data.get("_name_or_path") or f"hf-{model_type}"),
+        name=r.model_name,
         arch=model_type,
         layers=layers,
         hidden=hidden,
@@ -116,8 +48,7 @@ def config_from_hf(hf_config) -> MoEConfig | None:
         tie_embeddings=r.bool("tie_word_embeddings", False),
         experts_per_token=r.int("num_experts_per_tok"),
     )
-    act = data.get("hidden_act", "silu")
-    if act != "silu":
+    if r.get("hidden_act", "silu") != "silu":
         r.fail("hidden_act", "the experts are SwiGLU; only 'silu' is supported")
 
     if model_type == "mixtral":
@@ -127,7 +58,7 @@ def config_from_hf(hf_config) -> MoEConfig | None:
                       head_dim=_head_dim(r, hidden, heads), norm_topk_prob=True)
     elif model_type in ("qwen2_moe", "qwen3_moe"):
         experts_key = "num_experts"
-        mlp_only = r.int_list("mlp_only_layers")
+        mlp_only = r.index_list("mlp_only_layers")
         for i in mlp_only:
             if i >= layers:
                 r.fail("mlp_only_layers", f"layer {i} is outside 0..{layers - 1}")
@@ -151,7 +82,7 @@ def config_from_hf(hf_config) -> MoEConfig | None:
         width = r.int("moe_intermediate_size")
         if r.int("moe_layer_freq", 1) != 1:
             r.fail("moe_layer_freq", "only 1 (every layer after first_k_dense_replace is MoE) is supported")
-        score = data.get("scoring_func", "sigmoid")
+        score = r.get("scoring_func", "sigmoid")
         if score not in ("softmax", "sigmoid"):
             r.fail("scoring_func", "valid values are softmax, sigmoid")
         experts = r.int(experts_key)
@@ -161,7 +92,7 @@ def config_from_hf(hf_config) -> MoEConfig | None:
         topk_groups = r.int("topk_group", 1)
         if topk_groups > groups:
             r.fail("topk_group", f"exceeds n_group={groups}")
-        q_lora = data.get("q_lora_rank")
+        q_lora = r.get("q_lora_rank")
         fields.update(
             experts=experts,
             ffn_hidden=r.int("intermediate_size"),
@@ -171,7 +102,7 @@ def config_from_hf(hf_config) -> MoEConfig | None:
             router_score=score,
             norm_topk_prob=r.bool("norm_topk_prob", True),
             routed_scaling_factor=r.number("routed_scaling_factor", 1.0),
-            router_selection_bias=data.get("topk_method") == "noaux_tc",
+            router_selection_bias=r.get("topk_method") == "noaux_tc",
             expert_groups=groups,
             topk_groups=topk_groups,
             attention_type="mla",
@@ -189,10 +120,10 @@ def config_from_hf(hf_config) -> MoEConfig | None:
     # config.json has no training length: the default is 4096 tokens, or fewer if the
     # model has fewer positions
     fields["seq_len"] = min(DEFAULT_SEQ_LEN, fields["max_positions"])
-    return MoEConfig(**fields)
+    return r.make(MoEConfig, fields)
 
 
-def _head_dim(r: _Reader, hidden: int, heads: int) -> int | None:
+def _head_dim(r: HFKeys, hidden: int, heads: int) -> int | None:
     """``head_dim`` when config.json gives one that differs from hidden/heads, else None (derived)."""
     head_dim = r.int("head_dim", None)
     if head_dim is None:

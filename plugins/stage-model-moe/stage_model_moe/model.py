@@ -34,127 +34,72 @@ Layout (the conventions STAGE's parallel strategies read):
 The capacity c of every expert is b·s·k·cf/E (cf = capacity_factor, 1 when dropless),
 an exact expression of the dims, so expert FLOPs are exactly k/E of the tokens' rows
 per expert under uniform routing.
+
+Embedding, norms, GQA attention, the dense SwiGLU MLPs and the head are the core's
+standard blocks (:mod:`stage_core.ir.blocks`); MLA and the MoE block are this plugin's.
 """
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 import sympy as sp
 
 from stage_core import sym
+from stage_core.ir import blocks
+from stage_core.ir.blocks import RESIDUAL
 from stage_core.ir.builder import GraphBuilder
 from stage_core.ir.graph import Graph
 
 from .config import MoEConfig
 
-RESIDUAL = ("residual",)
 EXPERT = ("expert",)
 
 
 def build(config: MoEConfig) -> Graph:
     """The single-device forward graph of ``config`` (dims in ``graph.dims``; b, s unbound)."""
     c = config
-    g = GraphBuilder(
-        c.name or "moe",
-        dims=c.dims(),
-        dtype=c.dtype,
-        meta={
-            "family": c.family,
-            "arch": c.arch,
-            "layers": c.layers,
-            "seq_len": c.seq_len,
-            "attention": c.attention,
-            "attention_type": c.attention_type,
-            "experts": c.experts,
-            "experts_per_token": c.experts_per_token,
-            "capacity_factor": c.capacity_factor,
-            "moe_layers": list(c.moe_layers),
-            "dense_layers": [i for i in range(c.layers) if not c.is_moe_layer(i)],
-            "kv_cache_elements_per_token_per_layer": c.kv_cache_elements_per_token_per_layer,
-            "mtp_layers_not_built": c.mtp_layers,
-        },
+    g = blocks.model_builder(
+        c,
+        arch=c.arch,
+        attention=c.attention,
+        attention_type=c.attention_type,
+        experts=c.experts,
+        experts_per_token=c.experts_per_token,
+        capacity_factor=c.capacity_factor,
+        moe_layers=list(c.moe_layers),
+        dense_layers=[i for i in range(c.layers) if not c.is_moe_layer(i)],
+        kv_cache_elements_per_token_per_layer=c.kv_cache_elements_per_token_per_layer,
+        mtp_layers_not_built=c.mtp_layers,
     )
-    h, V = sym.dims("h V")
-    tokens = g.input("tokens", ("b", "s"))
-    labels = g.input("labels", ("b", "s"))
-    wte = g.param("embed.wte", (V, h))
-    x = g.embedding(tokens, wte, name="embed", tags=RESIDUAL)
+    x, labels, wte = blocks.embed(g, tags=RESIDUAL)
 
-    attention = _MLA(c) if c.attention_type == "mla" else _GQA(c)
+    attention = _MLA(c) if c.attention_type == "mla" else _gqa
     for i in range(c.layers):
         with g.layer(i):
-            y = g.norm("rmsnorm", x, g.param("attn.norm.weight", (h,)), name="attn.norm")
-            out = attention(g, y)
+            y = blocks.norm(g, x, "attn.norm")
+            out = attention(g, c, y)
             x = g.add(x, out, name="attn.residual", tags=RESIDUAL)
-            y = g.norm("rmsnorm", x, g.param("mlp.norm.weight", (h,)), name="mlp.norm")
-            out = moe_block(g, c, y) if c.is_moe_layer(i) else swiglu_mlp(g, y, "mlp", sym.dim("f"))
+            y = blocks.norm(g, x, "mlp.norm")
+            out = moe_block(g, c, y) if c.is_moe_layer(i) else blocks.swiglu_mlp(g, y)
             x = g.add(x, out, name="mlp.residual", tags=RESIDUAL)
 
-    y = g.norm("rmsnorm", x, g.param("final_norm.weight", (h,)), name="final_norm")
-    head = wte if c.tie_embeddings else g.param("head.weight", (V, h))
-    logits = g.einsum("bsh,vh->bsv", y, head, name="head")
-    return g.finish(g.cross_entropy(logits, labels, name="loss"))
+    return blocks.lm_head(g, x, labels, wte, tied=c.tie_embeddings)
 
 
 # ---------------------------------------------------------------------- attention
-def attention_core(g: GraphBuilder, q, k, v, *, kind: str, causal_flops: bool):
-    """softmax(q·kᵀ)·v in block ``attn_core``: q [b,s,g,r,d], k [b,s,g,d], v [b,s,g,dv] -> [b,s,g,r,dv].
-
-    ``flash`` keeps q, k, v, the output and the log-sum-exp; ``classic`` keeps the s×s
-    probabilities for backward.  No attention dropout (none of these models uses it).
-    """
-    with g.block("attn_core"):
-        if kind == "flash":
-            return g.flash_attention(q, k, v, causal_flops=causal_flops, name="attn.flash")
-        scale = Fraction(1, 2) if causal_flops else 1
-        scores = g.einsum("bsgrd,bkgd->bgrsk", q, k, name="attn.scores", flops_scale=scale)
-        probs = g.softmax(scores, over=-1, name="attn.softmax")
-        return g.einsum("bgrsk,bkgv->bsgrv", probs, v, name="attn.context", flops_scale=scale)
-
-
-class _GQA:
-    """Grouped-query attention with a fused QKV projection (Mixtral, Qwen-MoE)."""
-
-    def __init__(self, c: MoEConfig):
-        self.c = c
-        h, a, kv, d = sym.dims("h a g d")
-        r = a / kv  # query heads per group
-        self.shape = {
-            "w_qkv": (h, kv, r + 2, d),
-            "b_qkv": (kv, r + 2, d),
-            "q": ("b", "s", kv, r, d),
-            "kv": ("b", "s", kv, d),
-            "d": (d,),
-            "w_proj": (kv, r, d, h),
-        }
-
-    def __call__(self, g: GraphBuilder, y):
-        c, shape = self.c, self.shape
-        bias = g.param("attn.qkv.bias", shape["b_qkv"]) if c.qkv_bias else None
-        qkv = g.einsum("bsh,hgcd->bsgcd", y, g.param("attn.qkv.weight", shape["w_qkv"]), bias=bias,
-                       name="attn.qkv")
-        q, k, v = g.split(qkv, "bsgcd->bsgrd,bsgd,bsgd", (shape["q"], shape["kv"], shape["kv"]),
-                          name="attn.split")
-        if c.qk_norm:
-            q = g.norm("rmsnorm", q, g.param("attn.q_norm.weight", shape["d"]), name="attn.q_norm")
-            k = g.norm("rmsnorm", k, g.param("attn.k_norm.weight", shape["d"]), name="attn.k_norm")
-        q = g.rope(q, name="attn.q_rope")
-        k = g.rope(k, name="attn.k_rope")
-        ctx = attention_core(g, q, k, v, kind=c.attention, causal_flops=c.causal_flops)
-        return g.einsum("bsgrd,grdh->bsh", ctx, g.param("attn.proj.weight", shape["w_proj"]), name="attn.proj")
+def _gqa(g: GraphBuilder, c: MoEConfig, y):
+    """Grouped-query attention with a fused QKV projection (Mixtral, Qwen-MoE); no attention dropout."""
+    return blocks.gqa_attention(g, y, kind=c.attention, causal_flops=c.causal_flops, qkv_bias=c.qkv_bias,
+                                qk_norm="rmsnorm" if c.qk_norm else None, rope=True)
 
 
 class _MLA:
     """DeepSeek multi-head latent attention (training form: keys and values decompressed per head)."""
 
     def __init__(self, c: MoEConfig):
-        self.c = c
         h, a, rkv, dn, dr, dv = sym.dims("h a rkv dn dr dv")
         one = sp.Integer(1)
         self.shape = {
             "w_q_a": (h, sym.dim("rq")) if c.q_lora_rank is not None else None,
-            "rq": (sym.dim("rq"),) if c.q_lora_rank is not None else None,
             "w_q_b": ((sym.dim("rq") if c.q_lora_rank is not None else h), a, dn + dr),
             "q": ("b", "s", a, dn + dr),
             "q5": ("b", "s", a, one, dn + dr),
@@ -163,7 +108,6 @@ class _MLA:
             "w_kv_a": (h, rkv + dr),
             "c_kv": ("b", "s", rkv),
             "k_pe": ("b", "s", dr),
-            "rkv": (rkv,),
             "w_kv_b": (rkv, a, dn + dv),
             "k_nope": ("b", "s", a, dn),
             "k": ("b", "s", a, dn + dr),
@@ -171,11 +115,11 @@ class _MLA:
             "w_proj": (a, dv, h),
         }
 
-    def __call__(self, g: GraphBuilder, y):
-        c, shape = self.c, self.shape
+    def __call__(self, g: GraphBuilder, c: MoEConfig, y):
+        shape = self.shape
         if c.q_lora_rank is not None:
             q = g.einsum("bsh,hq->bsq", y, g.param("attn.q_a.weight", shape["w_q_a"]), name="attn.q_a")
-            q = g.norm("rmsnorm", q, g.param("attn.q_a_norm.weight", shape["rq"]), name="attn.q_a_norm")
+            q = blocks.norm(g, q, "attn.q_a_norm")
             q = g.einsum("bsq,qaz->bsaz", q, g.param("attn.q_b.weight", shape["w_q_b"]), name="attn.q_b")
         else:
             q = g.einsum("bsh,haz->bsaz", y, g.param("attn.q.weight", shape["w_q_b"]), name="attn.q")
@@ -187,28 +131,18 @@ class _MLA:
 
         kv = g.einsum("bsh,hx->bsx", y, g.param("attn.kv_a.weight", shape["w_kv_a"]), name="attn.kv_a")
         c_kv, k_pe = g.split(kv, "bsx->bsc,bsp", (shape["c_kv"], shape["k_pe"]), name="attn.kv_a_split")
-        c_kv = g.norm("rmsnorm", c_kv, g.param("attn.kv_a_norm.weight", shape["rkv"]), name="attn.kv_a_norm")
+        c_kv = blocks.norm(g, c_kv, "attn.kv_a_norm")
         k_pe = g.rope(k_pe, name="attn.k_rope")
         kv = g.einsum("bsc,cay->bsay", c_kv, g.param("attn.kv_b.weight", shape["w_kv_b"]), name="attn.kv_b")
         k_nope, v = g.split(kv, "bsay->bsan,bsav", (shape["k_nope"], shape["v"]), name="attn.kv_b_split")
         k = g.concat([k_nope, k_pe], "bsan,bsp->bsaz", shape["k"], name="attn.k_join")
 
-        ctx = attention_core(g, q, k, v, kind=c.attention, causal_flops=c.causal_flops)
+        ctx = blocks.attention_core(g, q, k, v, kind=c.attention, causal_flops=c.causal_flops)
         ctx = g.view(ctx, "bsarv->bsav", shape["v"], name="attn.ctx_heads")
         return g.einsum("bsav,avh->bsh", ctx, g.param("attn.proj.weight", shape["w_proj"]), name="attn.proj")
 
 
-# ---------------------------------------------------------------------- MLPs
-def swiglu_mlp(g: GraphBuilder, y, prefix: str, width, tags=()):
-    """Dense SwiGLU MLP: down(silu(y·gate) * (y·up)), weights [h, width], [h, width], [width, h]."""
-    h = sym.dim("h")
-    gate = g.einsum("bsh,hf->bsf", y, g.param(f"{prefix}.gate.weight", (h, width), tags=tags), name=f"{prefix}.gate")
-    up = g.einsum("bsh,hf->bsf", y, g.param(f"{prefix}.up.weight", (h, width), tags=tags), name=f"{prefix}.up")
-    act = g.swiglu(gate, up, name=f"{prefix}.swiglu")
-    return g.einsum("bsf,fh->bsh", act, g.param(f"{prefix}.down.weight", (width, h), tags=tags),
-                    name=f"{prefix}.down")
-
-
+# ---------------------------------------------------------------------- MoE
 def moe_block(g: GraphBuilder, c: MoEConfig, y):
     """Router, dispatch, SwiGLU experts, combine (and the shared experts): [b,s,h] -> [b,s,h]."""
     h, E, k, fe = sym.dims("h E k fe")
@@ -225,7 +159,7 @@ def moe_block(g: GraphBuilder, c: MoEConfig, y):
                   name="moe.experts.down")
     out = g.combine(ye, weights, k=k, name="moe.combine")
     if c.shared_expert_ffn_hidden:
-        shared = swiglu_mlp(g, y, "moe.shared", sym.dim("fs"))
+        shared = blocks.swiglu_mlp(g, y, sym.dim("fs"), prefix="moe.shared")
         if c.shared_expert_gate:
             gl = g.einsum("bsh,h->bs", y, g.param("moe.shared_gate.weight", (h,)), name="moe.shared_gate")
             gl = g.elementwise("sigmoid", gl, name="moe.shared_gate_sigmoid")

@@ -115,7 +115,7 @@ def test_bad_values_name_the_key(base, change, key):
 def test_missing_keys_are_named(base, key):
     data = dict(base)
     del data[key]
-    with pytest.raises(UsageError, match=f"{key}: required key is missing"):
+    with pytest.raises(UsageError, match=f"required key '{key}' is missing"):
         config_from_hf(data)
 
 

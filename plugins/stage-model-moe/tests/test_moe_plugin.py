@@ -5,24 +5,20 @@ from __future__ import annotations
 import time
 from importlib.metadata import entry_points
 
-import pluggy
 import pytest
 import sympy as sp
-from stage_core import hookspecs, sym
+from stage_core import sym
 from stage_core.autodiff import differentiate
 from stage_core.errors import UsageError
 from stage_core.models import PLAN_DIMS
 from stage_core.records import ModelSpec
+from stage_core.testing import fresh_host
 
 from stage_model_moe import PRESETS, MoEConfig, build, plugin, to_hf
 
 
 def _manager():
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
-    pm.add_hookspecs(hookspecs)
-    pm.register(plugin, name="moe")
-    pm.check_pending()
-    return pm
+    return fresh_host((plugin, "moe")).pm
 
 
 def by_name(graph):

@@ -1,0 +1,197 @@
+"""The standard transformer blocks, written once on :class:`GraphBuilder`.
+
+Model plugins compose these; each block appends the same ops, with the same names,
+shapes, FLOPs and bytes, that a plugin would write by hand.  They follow the layout
+conventions STAGE's parallel strategies read (``docs/design.md``):
+
+* dims: ``h`` hidden, ``a`` query heads, ``g`` query groups (key/value heads), ``d``
+  head dim, ``f`` FFN width (an MLP may take another, e.g. ``fs``), ``V`` padded
+  vocabulary, ``P`` learned position rows; ``b`` and ``s`` are the plan's.
+* attention (GQA; multi-head attention is g = a): the fused QKV weight is
+  [h, g, a/g+2, d] (``bsh,hgcd->bsgcd``): per group its a/g query heads, one key and
+  one value head; ``split`` gives q [b,s,g,a/g,d], k and v [b,s,g,d]; the core
+  (block ``attn_core``, what selective recompute redoes) gives [b,s,g,a/g,d]; the
+  output projection is [g, a/g, d, h] (``bsgrd,grdh->bsh``).
+* residual-stream tensors are tagged :data:`RESIDUAL` (the caller adds residuals:
+  a plain add or a bias-dropout-add).
+
+Every block takes a ``prefix`` (its name scope inside the layer, e.g. ``attn``), so op
+``qkv`` of layer 3 is ``layers.3.attn.qkv`` and its weight ``layers.3.attn.qkv.weight``.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from functools import lru_cache
+
+from .. import sym
+from .builder import GraphBuilder
+from .graph import Graph
+from .tensor import Tensor
+
+#: tag of the residual-stream tensors (what sequence parallel and the memory model look for)
+RESIDUAL = ("residual",)
+#: attention core kernels: one fused FlashAttention kernel, or scores, softmax, context
+ATTENTION_KINDS = ("flash", "classic")
+
+
+# ---------------------------------------------------------------------- graph prologue and epilogue
+def model_builder(config, **meta) -> GraphBuilder:
+    """A builder for ``config`` (a :class:`~stage_core.models.ModelConfig` with ``dims()``,
+    ``dtype``, ``layers`` and ``seq_len``): named ``config.name`` (or its family), over its
+    dims; ``graph.meta`` holds family, layers and seq_len, then ``meta``."""
+    return GraphBuilder(
+        config.name or config.family,
+        dims=config.dims(),
+        dtype=config.dtype,
+        meta={"family": config.family, "layers": config.layers, "seq_len": config.seq_len, **meta},
+    )
+
+
+def embed(g: GraphBuilder, *, positions: bool = False, tags=RESIDUAL) -> tuple[Tensor, Tensor, Tensor]:
+    """Inputs ``tokens`` and ``labels`` [b, s], the table ``embed.wte`` [V, h] and the lookup ``embed``.
+
+    ``positions``: learned positions ``embed.wpe`` [P, h] too, the first s rows added in
+    the lookup kernel (GPT).  ``tags`` tag the output (the first residual-stream tensor,
+    unless the caller applies dropout first).  Returns (embeddings, labels, wte).
+    """
+    h, V, P = sym.dims("h V P")
+    tokens = g.input("tokens", ("b", "s"))
+    labels = g.input("labels", ("b", "s"))
+    wte = g.param("embed.wte", (V, h))
+    wpe = g.param("embed.wpe", (P, h)) if positions else None
+    return g.embedding(tokens, wte, wpe, name="embed", tags=tags), labels, wte
+
+
+def norm(g: GraphBuilder, x: Tensor, name: str, kind: str = "rmsnorm", *, bias: bool = False) -> Tensor:
+    """``kind`` (``rmsnorm``, ``layernorm``) over the last dim of ``x``: op ``name``, weight
+    ``<name>.weight`` (and ``<name>.bias`` with ``bias``) of that dim's size."""
+    width = (x.shape[-1],)
+    weight = g.param(f"{name}.weight", width)
+    return g.norm(kind, x, weight, g.param(f"{name}.bias", width) if bias else None, name=name)
+
+
+def lm_head(g: GraphBuilder, x: Tensor, labels: Tensor, wte: Tensor, *, norm_kind: str = "rmsnorm",
+            norm_bias: bool = False, tied: bool = False) -> Graph:
+    """``final_norm`` -> ``head`` (``bsh,vh->bsv``: ``wte`` when ``tied``, else ``head.weight``
+    [V, h]) -> ``loss`` (cross-entropy against ``labels``); returns the finished graph."""
+    y = norm(g, x, "final_norm", norm_kind, bias=norm_bias)
+    head = wte if tied else g.param("head.weight", sym.dims("V h"))
+    logits = g.einsum("bsh,vh->bsv", y, head, name="head")
+    return g.finish(g.cross_entropy(logits, labels, name="loss"))
+
+
+# ---------------------------------------------------------------------- attention
+@lru_cache(maxsize=None)
+def _gqa_shapes() -> dict:
+    h, a, kv, d = sym.dims("h a g d")
+    r = a / kv  # query heads per group (1 for multi-head attention)
+    return {
+        "w_qkv": (h, kv, r + 2, d),  # the group's query heads, one key head and one value head
+        "b_qkv": (kv, r + 2, d),
+        "q": ("b", "s", kv, r, d),
+        "kv": ("b", "s", kv, d),
+        "d": (d,),
+        "w_proj": (kv, r, d, h),
+    }
+
+
+def attention_core(g: GraphBuilder, q: Tensor, k: Tensor, v: Tensor, *, kind: str = "flash",
+                   causal_flops: bool = False, dropout: bool = False, prefix: str = "attn") -> Tensor:
+    """softmax(q·kᵀ)·v in block ``attn_core``: q [b,s,g,r,d], k [b,s,g,d], v [b,s,g,dv] -> [b,s,g,r,dv].
+
+    ``flash``: one kernel (``flash``) that keeps q, k, v, the output and the log-sum-exp.
+    ``classic``: ``scores`` (``bsgrd,bkgd->bgrsk``), ``softmax``, with ``dropout`` an
+    attention ``dropout`` (its 1-byte mask kept), and ``context``; the s×s
+    probabilities are kept for backward.  ``causal_flops`` halves the FLOPs of Q·Kᵀ
+    and P·V (in the flash kernel its softmax's too).  When v's head dim differs from q's and k's (MLA) the context
+    einsum gives it a letter of its own (``v``), as the flash kernel does.  Flash
+    attention's dropout regenerates its mask and costs nothing here.
+    """
+    if kind not in ATTENTION_KINDS:
+        raise ValueError(f"unknown attention kind {kind!r}; known: {', '.join(ATTENTION_KINDS)}")
+    with g.scope(prefix), g.block("attn_core"):
+        if kind == "flash":
+            return g.flash_attention(q, k, v, causal_flops=causal_flops, name="flash")
+        scale = Fraction(1, 2) if causal_flops else 1
+        scores = g.einsum("bsgrd,bkgd->bgrsk", q, k, name="scores", flops_scale=scale)
+        probs = g.softmax(scores, over=-1, name="softmax")
+        if dropout:
+            probs = g.dropout(probs, name="dropout")
+        vd = "d" if v.shape[-1] == k.shape[-1] or sym.equal(v.shape[-1], k.shape[-1]) else "v"
+        return g.einsum(f"bgrsk,bkg{vd}->bsgr{vd}", probs, v, name="context", flops_scale=scale)
+
+
+def gqa_attention(
+    g: GraphBuilder,
+    x: Tensor,
+    *,
+    kind: str = "flash",
+    causal_flops: bool = False,
+    dropout: bool = False,
+    qkv_bias: bool = False,
+    qk_norm: str | None = None,
+    rope: bool = False,
+    rope_names: tuple[str, str] = ("q_rope", "k_rope"),
+    prefix: str = "attn",
+) -> Tensor:
+    """Grouped-query (or multi-head) attention of the normed ``x`` [b,s,h] -> [b,s,h].
+
+    Ops under ``prefix``: ``qkv`` (weight [h, g, a/g+2, d]; bias [g, a/g+2, d] with
+    ``qkv_bias``) -> ``split`` -> with ``qk_norm`` (a norm kind, e.g. ``rmsnorm``) a
+    per-head ``q_norm`` and ``k_norm`` over d (weights [d]) -> with ``rope`` RoPE on q
+    and on k (ops named ``rope_names``) -> :func:`attention_core` (``kind``,
+    ``causal_flops``, ``dropout``) -> ``proj`` (weight [g, a/g, d, h], no bias: add one
+    in the residual kernel, as Megatron's bias-dropout-add does).
+    """
+    shape = _gqa_shapes()
+    with g.scope(prefix):
+        weight = g.param("qkv.weight", shape["w_qkv"])
+        bias = g.param("qkv.bias", shape["b_qkv"]) if qkv_bias else None
+        qkv = g.einsum("bsh,hgcd->bsgcd", x, weight, bias=bias, name="qkv")
+        q, k, v = g.split(qkv, "bsgcd->bsgrd,bsgd,bsgd", (shape["q"], shape["kv"], shape["kv"]), name="split")
+        if qk_norm:
+            q = norm(g, q, "q_norm", qk_norm)
+            k = norm(g, k, "k_norm", qk_norm)
+        if rope:
+            q = g.rope(q, name=rope_names[0])
+            k = g.rope(k, name=rope_names[1])
+    ctx = attention_core(g, q, k, v, kind=kind, causal_flops=causal_flops, dropout=dropout, prefix=prefix)
+    return output_projection(g, ctx, prefix=prefix)
+
+
+def output_projection(g: GraphBuilder, ctx: Tensor, *, prefix: str = "attn") -> Tensor:
+    """``<prefix>.proj``: the attention context [b,s,g,a/g,d] -> [b,s,h], weight [g, a/g, d, h], no bias."""
+    with g.scope(prefix):
+        return g.einsum("bsgrd,grdh->bsh", ctx, g.param("proj.weight", _gqa_shapes()["w_proj"]), name="proj")
+
+
+# ---------------------------------------------------------------------- MLPs
+def swiglu_mlp(g: GraphBuilder, x: Tensor, width=None, *, prefix: str = "mlp") -> Tensor:
+    """SwiGLU MLP [b,s,h] -> [b,s,h]: ``down(swiglu(gate(x), up(x)))``.
+
+    Ops ``gate`` and ``up`` (weights [h, width]), ``swiglu``, ``down`` ([width, h]); no
+    biases.  ``width``: a dim (default ``f``), e.g. ``sym.dim("fs")``.
+    """
+    h = sym.dim("h")
+    width = sym.dim("f") if width is None else width
+    with g.scope(prefix):
+        gate = g.einsum("bsh,hf->bsf", x, g.param("gate.weight", (h, width)), name="gate")
+        up = g.einsum("bsh,hf->bsf", x, g.param("up.weight", (h, width)), name="up")
+        act = g.swiglu(gate, up, name="swiglu")
+        return g.einsum("bsf,fh->bsh", act, g.param("down.weight", (width, h)), name="down")
+
+
+def gelu_mlp(g: GraphBuilder, x: Tensor, width=None, *, prefix: str = "mlp") -> Tensor:
+    """GeLU MLP [b,s,h] -> [b,s,h] as Megatron fuses it: ``fc1`` (weight [h, width]) ->
+    ``bias_gelu`` (bias ``fc1.bias`` [width]) -> ``fc2`` (weight [width, h]).
+
+    ``fc2`` has no bias here: the caller adds ``<prefix>.fc2.bias`` in its residual
+    kernel (bias-dropout-add).  ``width``: a dim (default ``f``).
+    """
+    h = sym.dim("h")
+    width = sym.dim("f") if width is None else width
+    with g.scope(prefix):
+        u = g.einsum("bsh,hf->bsf", x, g.param("fc1.weight", (h, width)), name="fc1")
+        u = g.bias_gelu(u, g.param("fc1.bias", (width,)), name="bias_gelu")
+        return g.einsum("bsf,fh->bsh", u, g.param("fc2.weight", (width, h)), name="fc2")
