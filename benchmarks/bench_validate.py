@@ -11,15 +11,24 @@ Two runs: ids in dependency order (the usual case), and ids reversed so every
 dependency points to a higher id, which sends each rank through the full
 topological sort.
 
-    /work/venv/bin/python benchmarks/bench_validate.py
+With ``--chakra`` the same set (ids in dependency order) is also written as Chakra
+ET files, one per rank, and read back the way ``stage generate`` checks what it
+wrote: once only reading (``iter_ranks`` over every file), once reading and
+validating.
+
+    /work/venv/bin/python benchmarks/bench_validate.py [--forward-only] [--chakra]
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
+import tempfile
 import time
+from pathlib import Path
 
-from stage_core.trace import CollectiveType, NodeType, TraceNode, TraceSet
+from stage_core.trace import (CollectiveType, NodeType, ProgramNode, RankProgram, TraceJob,
+                              TraceNode, TraceSet)
 from stage_core.validate import validate
 
 TP, DP, PP = 8, 8, 4
@@ -124,14 +133,84 @@ def measure(reverse_ids: bool) -> None:
     print(f"  validate: {took:.2f} s total, {total / took:,.0f} nodes/s")
 
 
+def program(stage: int) -> RankProgram:
+    """Pipeline stage ``stage`` as a rank-class program (ids in dependency order)."""
+    nodes = []
+    for i, (kind, extra) in enumerate(rank_shape(stage)):
+        deps = (i - 1,) if i else ()
+        ctrl = (i - 2,) if i >= 2 and i % 3 == 0 else ()
+        common = dict(id=i, name=f"{kind}{i}", data_deps=deps, ctrl_deps=ctrl)
+        if kind == "comp":
+            nodes.append(ProgramNode(type=NodeType.COMP, num_ops=2_000_000,
+                                     tensor_size=65_536, **common))
+        elif kind in ("tp", "dp"):
+            nodes.append(ProgramNode(type=NodeType.COMM_COLL, comm_size=1 << 20,
+                                     comm_type=CollectiveType.ALL_REDUCE, group=kind,
+                                     **common))
+        else:
+            nodes.append(ProgramNode(
+                type=NodeType.COMM_SEND if kind == "send" else NodeType.COMM_RECV,
+                peer="pp+1" if kind == "send" else "pp-1", tag=extra,
+                comm_size=1 << 22, **common))
+    ranks = tuple(r for r in range(TP * DP * PP) if coords(r)[2] == stage)
+    return RankProgram(ranks, tuple(nodes), f"stage{stage}")
+
+
+def job() -> TraceJob:
+    groups = comm_groups()
+
+    def group_name(rank: int, key: str) -> str:
+        return group_of(groups, rank, 1 if key == "tp" else 33)
+
+    def peer_rank(rank: int, key: str) -> int:
+        return rank + TP * DP if key == "pp+1" else rank - TP * DP
+
+    return TraceJob(programs=tuple(program(s) for s in range(PP)), world_size=TP * DP * PP,
+                    comm_groups=groups, group_name=group_name, peer_rank=peer_rank,
+                    name="bench-validate")
+
+
+def measure_chakra() -> None:
+    """Write the set as Chakra ET files; time reading them back, then checking them."""
+    import json
+
+    from stage_adapter_chakra import et, etread
+
+    tmp = Path(tempfile.mkdtemp(prefix="stage-bench-validate-"))
+    try:
+        the_job = job()
+        t0 = time.perf_counter()
+        et.write(the_job, tmp)
+        (tmp / "comm_groups.json").write_text(json.dumps(dict(the_job.comm_groups)))
+        wrote = time.perf_counter() - t0
+        size = sum(p.stat().st_size for p in tmp.iterdir())
+        t0 = time.perf_counter()
+        total = sum(len(nodes) for _, nodes in etread.read(tmp).iter_ranks())
+        read = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        problems = validate(etread.read(tmp))
+        checked = time.perf_counter() - t0
+        assert problems == [], [str(p) for p in problems[:5]]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"chakra files: {the_job.world_size} ranks, {total:,} nodes, {size / 1e6:.1f} MB, "
+          f"written in {wrote:.2f} s")
+    print(f"  read: {read:.2f} s, {total / read:,.0f} nodes/s")
+    print(f"  read + validate: {checked:.2f} s, {total / checked:,.0f} nodes/s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--forward-only", action="store_true",
                         help="skip the run with reversed ids")
+    parser.add_argument("--chakra", action="store_true",
+                        help="also write the set as Chakra ET files and time reading them")
     args = parser.parse_args()
     measure(reverse_ids=False)
     if not args.forward_only:
         measure(reverse_ids=True)
+    if args.chakra:
+        measure_chakra()
 
 
 if __name__ == "__main__":

@@ -124,6 +124,13 @@ class TraceNode:
     the protobuf oneof field that carried it (``"int64_val"``, ``"uint64_val"``,
     ``"bool_val"``, ``"string_val"``, ``"double_val"``, ...), so a checker can tell
     an int64 from a uint64 or a double.
+
+    Treat a TraceNode as immutable once a reader has returned it: neither it nor its
+    lists and ``attrs`` dict may be changed.  A reader may hand out one object for
+    every occurrence of an equal node (the ``chakra`` reader shares a node among all
+    the files, and ranks, whose record has the same bytes), and the validator relies
+    on this: it checks a node list that holds the very same objects as one it has
+    checked before without re-reading them.  To change a node, build a new one.
     """
 
     id: int

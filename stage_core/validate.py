@@ -9,12 +9,24 @@ own (ids, dependencies, types, attributes) and reduced to a summary of its comm
 nodes; only those summaries are kept for the checks across ranks (collective
 sequences per group, deadlock-free order, send/recv matching).  Everything is linear
 in the number of nodes, with iterative graph walks only.
+
+Ranks of one rank class differ only in pg_name, comm_src and comm_dst, and a reader
+may hand out the same (immutable) :class:`~stage_core.trace.TraceNode` object for
+equal nodes.  The checks of a rank that do not read those values are therefore
+computed once per distinct node list, up to those values, and their outcome (the
+problems included) is reported again for every rank with that list; see "one rank"
+below for when two lists count as the same.  Group membership, peers, collective
+sequences, their order across groups and send/recv matching are checked for every
+rank, on its own values.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import attrgetter, eq, itemgetter, lt, methodcaller
 from typing import Iterable, Mapping, Sequence
 
 from .errors import TraceError
@@ -133,14 +145,15 @@ def validate(trace_set: TraceSet, max_problems: int = 50) -> list[Problem]:
     out = _Problems(max_problems)
     groups = _check_groups(trace_set, out)
     summaries: dict[int, _RankSummary] = {}
+    shapes = _Shapes(max_problems)
     for rank, nodes in trace_set.iter_ranks():
         if _check_rank_number(rank, trace_set.world_size, summaries, out):
-            summaries[rank] = _scan_rank(rank, nodes, groups, trace_set.world_size, out)
+            summaries[rank] = _scan_rank(rank, nodes, groups, trace_set.world_size,
+                                         shapes, out)
     for rank in range(trace_set.world_size):
         if rank not in summaries:
             out.at(rank, None, "", "no trace for this rank")
-    sequences = _check_sequences(groups, summaries, out)
-    _check_collective_order(sequences, out)
+    _check_collectives(groups, summaries, out)
     _check_point_to_point(summaries, out)
     return out.result()
 
@@ -183,33 +196,309 @@ def _check_rank_number(rank: int, world_size: int, seen: Mapping, out: _Problems
 
 
 # --------------------------------------------------------------------------- one rank
+#
+# A rank's checks fall in two parts.  The *structural* part (ids, dependencies, root,
+# cycles, node types, attribute kinds, positive values, is_cpu_op, simulated
+# collective types) reads everything of a node except the values of RANK_VALUES; the
+# *rank* part (pg_name membership, peers, the summary) reads those values and the
+# rank number.  Ranks of a rank class differ only in RANK_VALUES, so the structural
+# part is computed once per distinct *shape* and its result (problems included) is
+# replayed for each rank of that shape; the rank part always runs on every comm node
+# of every rank.
+#
+# A shape is identified by a signature with one integer per node:
+#  * a node of any other type than COMM_COLL / COMM_SEND / COMM_RECV stands for itself:
+#    its key is its object id.  The first node list of each cached shape is kept, so
+#    the ids it holds cannot be reused by other objects while the shape is cached;
+#    equal ids therefore mean the same object, and TraceNodes are immutable.
+#  * a comm node stands for its content minus the values of RANK_VALUES: id, name,
+#    type, dependencies and every attribute (name, kind, value), with the Python
+#    type of each so that, say, True and 1 are told apart.  Equal content gets the
+#    same interned number, which is never reused for other content.  A comm node
+#    whose content has a float or an unhashable value stands for itself instead.
+# Two ranks with the same signature thus give the structural checks identical input.
+# Memory stays bounded (see _Shapes); forgetting a shape or a key only costs time.
+
+#: attributes whose values differ between the ranks of a rank class; only the rank
+#: part of the checks reads them
+RANK_VALUES = frozenset({"pg_name", "comm_src", "comm_dst"})
+
+_COMM_TYPES = frozenset({NodeType.COMM_COLL, NodeType.COMM_SEND, NodeType.COMM_RECV})
 
 
 @dataclass(slots=True)
 class _RankSummary:
-    """What the cross-rank checks need of one rank: its comm nodes, nothing else."""
+    """What the cross-rank checks need of one rank: its comm nodes, nothing else.
 
-    # (node id, pg_name, comm_type, comm_size, node name), sorted by node id
-    collectives: list[tuple[int, str, int, int, str]]
+    The collectives are sorted by node id (then pg_name, type, size, name) and kept
+    as columns, which ranks of one shape share except for ``pg_names``.
+    """
+
+    ids: Sequence[int]
+    pg_names: Sequence[str]
+    comm_types: Sequence[int]
+    comm_sizes: Sequence[int]
+    names: Sequence[str]
     # (peer, tag, size) -> [(node id, node name)] in node order
     sends: dict[tuple[int, int, int], list[tuple[int, str]]]
     recvs: dict[tuple[int, int, int], list[tuple[int, str]]]
 
+    def collectives(self) -> list[tuple[int, str, int, int, str]]:
+        """(node id, pg_name, comm_type, comm_size, node name) of each collective."""
+        return list(zip(self.ids, self.pg_names, self.comm_types, self.comm_sizes,
+                        self.names))
+
+
+class _Recorder:
+    """Problems of one rank as ``(position, node id, node name, reason)``.
+
+    Same interface as :class:`_Problems` (the rank argument is ignored); ``pos`` is
+    the position of the node being checked, -1 for the checks that come before the
+    per-node loop.  Keeps ``limit`` problems and counts the rest: a rank's problems
+    past the first ``limit`` can never make it into the report.
+    """
+
+    __slots__ = ("limit", "items", "dropped", "pos")
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.items: list[tuple[int, int | None, str, str]] = []
+        self.dropped = 0
+        self.pos = -1
+
+    def add(self, rank: int | None, node: TraceNode | None, reason: str) -> None:
+        if node is None:
+            self.at(rank, None, "", reason)
+        else:
+            self.at(rank, node.id, node.name, reason)
+
+    def at(self, rank: int | None, node_id: int | None, name: str, reason: str) -> None:
+        if len(self.items) >= self.limit:
+            self.dropped += 1
+        else:
+            self.items.append((self.pos, node_id, name, reason))
+
+
+@dataclass(slots=True)
+class _Shape:
+    """The structural result for every rank whose nodes have one signature."""
+
+    # the first node list seen with this signature: keeps the nodes whose object ids
+    # the signature holds alive
+    nodes: tuple[TraceNode, ...]
+    problems: list[tuple[int, int | None, str, str]]  # as _Recorder.items
+    dropped: int  # structural problems beyond the recorder's limit
+    # (position, node type, (comm_type, comm_size) or None) of each comm node, in order
+    comm: list[tuple[int, int, tuple | None]]
+    # positions of the collectives; and, when all their comm_type and comm_size are
+    # numbers, their (ids, comm_types, comm_sizes, names) for the summary
+    colls: tuple[int, ...]
+    coll_columns: tuple[tuple, ...] | None
+    ids_ascending: bool  # the collectives' ids strictly increase with their position
+    # (position, node type) of the sends and receives
+    peers: list[tuple[int, int]]
+
+
+class _Shapes:
+    """Structural results by signature, for one :func:`validate` call.
+
+    Bounded: at most MAX_SHAPES shapes holding MAX_HELD nodes together (the newest
+    is always kept), and MAX_KEYS memoized node keys.  Forgetting costs only speed.
+    """
+
+    MAX_SHAPES = 16
+    MAX_HELD = 1 << 18
+    MAX_KEYS = 1 << 16
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.shapes: dict[tuple[int, ...], _Shape] = {}
+        self.held = 0
+        # id(node) -> key, for the nodes in ``alive`` (which keeps those ids theirs)
+        self.keys: dict[int, int] = {}
+        self.alive: list[TraceNode] = []
+        # comm node content -> its number (negative, so never an object id)
+        self.interned: dict[tuple, int] = {}
+        self.numbered = 0
+
+    def shape(self, nodes: list[TraceNode]) -> _Shape:
+        signature = self._signature(nodes)
+        found = self.shapes.get(signature)
+        if found is not None:
+            if len(self.shapes) > 1:  # most recently used last
+                self.shapes[signature] = self.shapes.pop(signature)
+            return found
+        found = _structure(tuple(nodes), self.limit)
+        self.shapes[signature] = found
+        self.held += len(found.nodes)
+        while len(self.shapes) > 1 and (len(self.shapes) > self.MAX_SHAPES
+                                        or self.held > self.MAX_HELD):
+            oldest = next(iter(self.shapes))
+            self.held -= len(self.shapes.pop(oldest).nodes)
+        return found
+
+    def _signature(self, nodes: list[TraceNode]) -> tuple[int, ...]:
+        if len(self.keys) > self.MAX_KEYS:
+            self.keys.clear()
+            self.alive.clear()
+        if len(self.interned) > self.MAX_KEYS:
+            self.interned.clear()  # numbers are never handed out twice: see _key
+        ids = list(map(id, nodes))
+        keys = list(map(self.keys.get, ids))
+        if None in keys:
+            memo = self.keys
+            for pos in [pos for pos, key in enumerate(keys) if key is None]:
+                node_id = ids[pos]
+                key = memo.get(node_id)
+                if key is None:
+                    key = memo[node_id] = self._key(nodes[pos], node_id)
+                    self.alive.append(nodes[pos])
+                keys[pos] = key
+        return tuple(keys)
+
+    def _key(self, node: TraceNode, node_id: int) -> int:
+        try:
+            if node.type not in _COMM_TYPES:
+                return node_id
+            content = _comm_content(node)
+            number = self.interned.get(content)
+            if number is None:
+                self.numbered += 1
+                number = self.interned[content] = -self.numbered
+            return number
+        except (TypeError, ValueError, AttributeError, IndexError, KeyError):
+            return node_id  # odd content: the node stands for itself
+
+
+def _comm_content(node: TraceNode) -> tuple:
+    """Everything the structural checks can read of a comm node (see above).
+
+    Each value comes with its type, so that True differs from 1 and 1.0 (equal, but
+    checked differently).  A float value raises TypeError (-0.0 equals 0.0 but prints
+    otherwise): such a node then stands for itself, as do unhashable values.
+    """
+    attrs = []
+    for name, got in node.attrs.items():
+        kind = type(got[1])
+        if kind is float:
+            raise TypeError("float attribute")
+        attrs.append((name, got[0], kind, _MASKED if name in RANK_VALUES else got[1]))
+    nid, data, ctrl = node.id, tuple(node.data_deps), tuple(node.ctrl_deps)
+    types = (type(nid), type(node.name), type(node.type), *map(type, data), *map(type, ctrl))
+    if float in types:
+        raise TypeError("float id")
+    return nid, node.name, node.type, data, ctrl, tuple(attrs), types
+
+
+_MASKED = object()  # stands for a value of RANK_VALUES in a node's content
+_VALUE = itemgetter(1)
+
 
 def _scan_rank(rank: int, nodes: list[TraceNode], groups: Mapping[str, frozenset[int]],
-               world_size: int, out: _Problems) -> _RankSummary:
-    if not nodes:
-        out.at(rank, None, "", "the trace has no nodes")
-    by_id = _index_ids(rank, nodes, out)
-    _check_dependencies(rank, nodes, by_id, out)
-    summary = _RankSummary([], defaultdict(list), defaultdict(list))
-    for node in nodes:
-        _check_node(rank, node, groups, world_size, summary, out)
-    summary.collectives.sort()
+               world_size: int, shapes: _Shapes, out: _Problems) -> _RankSummary:
+    shape = shapes.shape(nodes)
+    summary = _RankSummary((), (), (), (), (), defaultdict(list), defaultdict(list))
+    mine = _Recorder(out.limit)
+    columns = _all_members(rank, nodes, shape, groups)
+    if columns is None:
+        collectives: list[tuple] = []
+        for pos, node_type, numbers in shape.comm:
+            if node_type == NodeType.COMM_COLL:
+                mine.pos = pos
+                _check_group(rank, nodes[pos], numbers, groups, collectives, mine)
+        collectives.sort()
+        columns = tuple(zip(*collectives)) or ((),) * 5
+    (summary.ids, summary.pg_names, summary.comm_types, summary.comm_sizes,
+     summary.names) = columns
+    for pos, _ in shape.peers:
+        mine.pos = pos
+        _check_peer(rank, nodes[pos], world_size, summary, mine)
+    mine.items.sort(key=itemgetter(0))  # stable: one node's problems keep their order
+    _report(rank, shape, mine, out)
     return summary
 
 
-def _index_ids(rank: int, nodes: list[TraceNode], out: _Problems) -> dict[int, TraceNode]:
+_PG_NAME = methodcaller("get", "pg_name")
+_ATTRS = attrgetter("attrs")
+
+
+def _all_members(rank: int, nodes: list[TraceNode], shape: _Shape,
+                 groups: Mapping[str, frozenset[int]]) -> tuple | None:
+    """The usual case of :func:`_check_group`, for all collectives at once.
+
+    When every collective's pg_name is a string naming a group the rank is in, and
+    every comm_type and comm_size is a number, no collective has a problem and the
+    result is the summary's collective columns (sorted).  Otherwise None.
+    """
+    if not shape.colls:
+        return ((),) * 5
+    if shape.coll_columns is None:
+        return None
+    try:
+        pg_names = list(map(_VALUE, map(_PG_NAME, map(_ATTRS, map(nodes.__getitem__,
+                                                                   shape.colls)))))
+        for pg_name in set(pg_names):
+            members = groups.get(pg_name) if isinstance(pg_name, str) else None
+            if members is None or rank not in members:
+                return None
+    except (TypeError, IndexError, KeyError):  # pg_name missing or an odd value
+        return None
+    ids, comm_types, comm_sizes, names = shape.coll_columns
+    if shape.ids_ascending:  # sorted already
+        return ids, pg_names, comm_types, comm_sizes, names
+    return tuple(zip(*sorted(zip(ids, pg_names, comm_types, comm_sizes, names))))
+
+
+def _report(rank: int, shape: _Shape, mine: _Recorder, out: _Problems) -> None:
+    """Hand the structural and rank problems to ``out`` in the order of the checks.
+
+    That order is: the checks before the per-node loop, then node by node its
+    structural problems before its rank ones (a stable merge on the position).
+    """
+    if shape.problems or mine.items:
+        merged = heapq.merge(shape.problems, mine.items, key=itemgetter(0))
+        for _, node_id, name, reason in merged:
+            out.at(rank, node_id, name, reason)
+    out.dropped += shape.dropped + mine.dropped
+
+
+def _structure(nodes: tuple[TraceNode, ...], limit: int) -> _Shape:
+    """The structural checks of one rank's nodes (the rank number plays no part)."""
+    found = _Recorder(limit)
+    if not nodes:
+        found.at(None, None, "", "the trace has no nodes")
+    by_id = _index_ids(None, nodes, found)
+    _check_dependencies(None, nodes, by_id, found)
+    comm = []
+    for pos, node in enumerate(nodes):
+        found.pos = pos
+        if _check_node(node, found):
+            if node.type == NodeType.COMM_COLL:
+                comm.append((pos, NodeType.COMM_COLL, _check_collective_type(node, found)))
+            else:
+                comm.append((pos, node.type, None))
+    colls = [(pos, numbers) for pos, node_type, numbers in comm
+             if node_type == NodeType.COMM_COLL]
+    columns = None
+    if all(numbers is not None for _, numbers in colls):
+        columns = (tuple(nodes[pos].id for pos, _ in colls),
+                   tuple(numbers[0] for _, numbers in colls),
+                   tuple(numbers[1] for _, numbers in colls),
+                   tuple(nodes[pos].name for pos, _ in colls))
+    ascending = False
+    if columns is not None:
+        try:
+            ascending = all(map(lt, columns[0], columns[0][1:]))
+        except TypeError:
+            pass
+    peers = [(pos, node_type) for pos, node_type, _ in comm
+             if node_type != NodeType.COMM_COLL]
+    return _Shape(nodes, found.items, found.dropped, comm, tuple(pos for pos, _ in colls),
+                  columns, ascending, peers)
+
+
+def _index_ids(rank: int | None, nodes: Sequence[TraceNode],
+               out: _Recorder) -> dict[int, TraceNode]:
     by_id: dict[int, TraceNode] = {}
     for node in nodes:
         first = by_id.setdefault(node.id, node)
@@ -218,8 +507,8 @@ def _index_ids(rank: int, nodes: list[TraceNode], out: _Problems) -> dict[int, T
     return by_id
 
 
-def _check_dependencies(rank: int, nodes: list[TraceNode], by_id: Mapping[int, TraceNode],
-                        out: _Problems) -> None:
+def _check_dependencies(rank: int | None, nodes: Sequence[TraceNode],
+                        by_id: Mapping[int, TraceNode], out: _Recorder) -> None:
     """Every dependency exists, some node has none, and there is no cycle."""
     has_root = False
     forward = False  # a dependency on an id >= the node's own: a cycle is possible
@@ -249,7 +538,7 @@ def _deps(node: TraceNode, by_id: Mapping[int, TraceNode]) -> list[int]:
     return [d for d in (*node.data_deps, *node.ctrl_deps) if d in by_id]
 
 
-def _check_acyclic(rank: int, by_id: Mapping[int, TraceNode], out: _Problems) -> None:
+def _check_acyclic(rank: int | None, by_id: Mapping[int, TraceNode], out: _Recorder) -> None:
     """Kahn's algorithm; when nodes are left over, name one cycle among them."""
     waiting = {nid: len(_deps(node, by_id)) for nid, node in by_id.items()}
     users: dict[int, list[int]] = defaultdict(list)
@@ -294,25 +583,22 @@ def _rotated(cycle: list) -> list:
     return cycle[i:] + cycle[:i]
 
 
-def _check_node(rank: int, node: TraceNode, groups: Mapping[str, frozenset[int]],
-                world_size: int, summary: _RankSummary, out: _Problems) -> None:
+def _check_node(node: TraceNode, out: _Recorder) -> bool:
+    """The structural checks of one node; whether it is a comm node for the rank part."""
     spec = _ATTR_ROWS.get(node.type)
     if spec is None:
-        out.add(rank, node, f"node type {_type_name(node.type)} is not one of COMP, "
+        out.add(None, node, f"node type {_type_name(node.type)} is not one of COMP, "
                 "COMM_COLL, COMM_SEND, COMM_RECV")
-        return
-    _check_attr_kinds(rank, node, spec, out)
+        return False
+    _check_attr_kinds(None, node, spec, out)
     if node.type == NodeType.COMP:
-        return
+        return False
     if node.attrs.get("is_cpu_op", ("", False)) == ("bool_val", True):
-        out.add(rank, node, "is_cpu_op is true, expected false on a comm node")
-    if node.type == NodeType.COMM_COLL:
-        _check_collective(rank, node, groups, summary, out)
-    else:
-        _check_peer(rank, node, world_size, summary, out)
+        out.add(None, node, "is_cpu_op is true, expected false on a comm node")
+    return True
 
 
-def _check_attr_kinds(rank: int, node: TraceNode, spec: tuple, out: _Problems) -> None:
+def _check_attr_kinds(rank: int | None, node: TraceNode, spec: tuple, out: _Recorder) -> None:
     """Each attribute of ``spec`` present, of an allowed kind, positive if it must be."""
     attrs = node.attrs
     for name, kinds, positive in spec:
@@ -344,12 +630,19 @@ def _numbers(node: TraceNode, *names: str) -> tuple | None:
     return tuple(values)
 
 
-def _check_collective(rank: int, node: TraceNode, groups: Mapping[str, frozenset[int]],
-                      summary: _RankSummary, out: _Problems) -> None:
+def _check_collective_type(node: TraceNode, out: _Recorder) -> tuple | None:
+    """A collective's (comm_type, comm_size) if both are numbers; checks the type."""
     numbers = _numbers(node, "comm_type", "comm_size")
     if numbers is not None and numbers[0] not in SIMULATED_COLLECTIVES:
-        out.add(rank, node, f"comm_type {_coll_name(numbers[0])} is not simulated by "
+        out.add(None, node, f"comm_type {_coll_name(numbers[0])} is not simulated by "
                 "ASTRA-sim; use ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER or ALL_TO_ALL")
+    return numbers
+
+
+def _check_group(rank: int, node: TraceNode, numbers: tuple | None,
+                 groups: Mapping[str, frozenset[int]], collectives: list,
+                 out: _Recorder) -> None:
+    """The rank part of a collective: its pg_name names a group the rank is in."""
     pg_name = node.attr("pg_name")
     if not isinstance(pg_name, str):
         return
@@ -361,11 +654,12 @@ def _check_collective(rank: int, node: TraceNode, groups: Mapping[str, frozenset
         out.add(rank, node, f"rank {rank} is not a member of group {pg_name!r} "
                 f"{sorted(members)}")
     elif numbers is not None:
-        summary.collectives.append((node.id, pg_name, *numbers, node.name))
+        collectives.append((node.id, pg_name, *numbers, node.name))
 
 
 def _check_peer(rank: int, node: TraceNode, world_size: int, summary: _RankSummary,
-                out: _Problems) -> None:
+                out: _Recorder) -> None:
+    """The rank part of a send or receive: its peer is another rank of the world."""
     is_send = node.type == NodeType.COMM_SEND
     peer_attr = "comm_dst" if is_send else "comm_src"
     numbers = _numbers(node, peer_attr, "comm_tag", "comm_size")
@@ -383,25 +677,96 @@ def _check_peer(rank: int, node: TraceNode, world_size: int, summary: _RankSumma
 # --------------------------------------------------------------------------- collectives
 
 
-def _check_sequences(groups: Mapping[str, frozenset[int]],
-                     summaries: Mapping[int, _RankSummary],
-                     out: _Problems) -> dict[int, list[tuple[str, int, int, str]]]:
-    """Compare each group's members' (type, size) sequences with the majority's.
+def _check_collectives(groups: Mapping[str, frozenset[int]],
+                       summaries: Mapping[int, _RankSummary], out: _Problems) -> None:
+    """Collective sequences per group, then a deadlock-free order across groups.
 
-    Returns each rank's collectives as (pg_name, position in group, id, name),
-    in node id order, for the ordering check.
+    A first pass finds out whether anything is wrong, at the cost of a few passes in
+    C over each rank's collectives: each member's (type, size) sequence on a group
+    is numbered (equal sequences, equal numbers), and the order graph is proved
+    acyclic from node ids (see below).  Only a group whose members' numbers differ,
+    or an order graph that may have a cycle, is then examined in full by
+    :func:`_check_sequences` / :func:`_check_collective_order`, which name the
+    defects exactly as a full examination of every group would.
     """
-    per_group: dict[str, dict[int, list]] = defaultdict(lambda: defaultdict(list))
-    ordered: dict[int, list[tuple[str, int, int, str]]] = {}
+    numbered: dict[tuple, int] = {((), ()): 0}  # (types, sizes) -> its number
+    per_group: dict[str, dict[int, int]] = {}  # pg_name -> rank -> sequence number
+    labels: dict[str, tuple] = {}  # pg_name -> node id of each of its collectives
+    ordered = True  # see below
     for rank, summary in summaries.items():
-        mine = ordered[rank] = []
-        for nid, pg, ctype, size, name in summary.collectives:
-            seq = per_group[pg][rank]
-            mine.append((pg, len(seq), nid, name))
-            seq.append((ctype, size, nid, name))
+        ids = summary.ids
+        for pg, where in _positions_by_group(summary.pg_names).items():
+            seq = (tuple(map(summary.comm_types.__getitem__, where)),
+                   tuple(map(summary.comm_sizes.__getitem__, where)))
+            per_group.setdefault(pg, {})[rank] = numbered.setdefault(seq, len(numbered))
+            if ordered:
+                mine = tuple(map(ids.__getitem__, where))
+                known = labels.setdefault(pg, mine)
+                if known[:len(mine)] != mine[:len(known)]:
+                    ordered = False
+                elif len(mine) > len(known):
+                    labels[pg] = mine
+        if ordered:
+            try:
+                ordered = all(map(lt, ids, ids[1:]))
+            except TypeError:
+                ordered = False
     for pg, by_rank in per_group.items():
         members = [m for m in sorted(groups[pg]) if m in summaries]
-        _compare_members(pg, members, by_rank, out)
+        if len({by_rank.get(m, 0) for m in members}) > 1:
+            _check_sequences(pg, members, summaries, out)
+    # The order graph has a vertex (pg_name, k) for the k-th collective on a group and
+    # an edge from each collective of a rank to its next one.  When collective k of
+    # every group has the same node id on every member (ordered), label each vertex
+    # with that id: each rank's ids strictly increase, so every edge goes to a higher
+    # label and there is no cycle.  Otherwise Kahn's algorithm decides, and a cycle is
+    # then named by _check_collective_order.
+    if ordered:
+        return
+    number: dict[str, int] = {}  # pg_name -> number of its collective #0
+    edges: set[tuple[int, int]] = set()
+    for summary in summaries.values():
+        seen: Counter = Counter()
+        vertices = []
+        for pg in summary.pg_names:
+            vertices.append(number.setdefault(pg, len(number) << 32) + seen[pg])
+            seen[pg] += 1
+        edges.update(zip(vertices, vertices[1:]))
+    if _kahn_leftover(edges)[0]:
+        _check_collective_order(_issue_order(summaries), out)
+
+
+def _positions_by_group(pg_names: Sequence[str]) -> dict[str, list[int]]:
+    """pg_name -> the positions where it occurs, for each distinct one in order."""
+    distinct = dict.fromkeys(pg_names)
+    if len(distinct) <= 8:  # the usual few groups: a pass in C for each
+        every = range(len(pg_names))
+        return {pg: list(compress(every, map(eq, pg_names, repeat(pg)))) for pg in distinct}
+    where: dict[str, list[int]] = {}
+    for pos, pg in enumerate(pg_names):
+        where.setdefault(pg, []).append(pos)
+    return where
+
+
+def _check_sequences(pg: str, members: Sequence[int], summaries: Mapping[int, _RankSummary],
+                     out: _Problems) -> None:
+    """Compare the members' (type, size) sequences on ``pg`` with the majority's."""
+    by_rank = {m: [(ctype, size, nid, name)
+                   for nid, p, ctype, size, name in summaries[m].collectives() if p == pg]
+               for m in members}
+    _compare_members(pg, members, by_rank, out)
+
+
+def _issue_order(summaries: Mapping[int, _RankSummary]
+                 ) -> dict[int, list[tuple[str, int, int, str]]]:
+    """Each rank's collectives as (pg_name, position in group, id, name), in id order."""
+    ordered: dict[int, list[tuple[str, int, int, str]]] = {}
+    for rank, summary in summaries.items():
+        seen: Counter = Counter()
+        mine = ordered[rank] = []
+        for nid, pg, _, _, name in summary.collectives():
+            mine.append((pg, seen[pg], nid, name))
+            seen[pg] += 1
     return ordered
 
 

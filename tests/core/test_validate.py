@@ -521,3 +521,255 @@ def test_bad_group_definitions():
         "comm group '5' names ranks [7] outside 0..3",
         "comm group '6' lists a rank twice: [2, 2]",
     ]
+
+
+# --------------------------------------------------------------------------- reuse across ranks
+#
+# A reader may hand out one TraceNode object for equal nodes (the chakra reader does
+# for equal records), and the validator then checks the structure of a rank class
+# once.  These sets are built that way: 8 ranks, tp4 x dp2, two classes (ranks 0-3
+# send to r + 4, ranks 4-7 receive from r - 4); compute nodes are shared objects
+# within a class, comm nodes are per rank.  Groups "1" = ranks 0-3, "2" = ranks 4-7,
+# "3".."6" = {r, r + 4}.
+
+import copy  # noqa: E402
+import random  # noqa: E402
+
+import stage_core.validate as validate_module  # noqa: E402
+
+CLASS_GROUPS = {"1": [0, 1, 2, 3], "2": [4, 5, 6, 7], "3": [0, 4], "4": [1, 5],
+                "5": [2, 6], "6": [3, 7]}
+
+
+def class_ranks() -> dict[int, list[TraceNode]]:
+    shared = {c: {i: comp(i, deps=[i - 1] if i else [], num_ops=100 * (i + 1))
+                  for i in (1, 3, 5, 7, 8)} for c in "SR"}
+    shared["S"][0] = comp(0)
+    ranks = {}
+    for r in range(8):
+        cls, tp, dp = "S" if r < 4 else "R", "1" if r < 4 else "2", str(3 + r % 4)
+        mine = dict(shared[cls])
+        mine[2] = coll(2, tp, CT.ALL_REDUCE, 4096, deps=[1])
+        mine[4] = coll(4, tp, CT.ALL_REDUCE, 4096, deps=[3])
+        mine[6] = coll(6, dp, CT.ALL_REDUCE, 8192, deps=[5])
+        mine[9] = coll(9, dp, CT.ALL_GATHER, 1024, deps=[8])
+        if cls == "S":
+            mine[7] = send(7, r + 4, tag=9, deps=[6])
+        else:
+            mine[0] = recv(0, r - 4, tag=9)
+        ranks[r] = [mine[i] for i in range(10)]
+    return ranks
+
+
+def class_set(ranks) -> TraceSet:
+    return make(ranks, CLASS_GROUPS, world_size=8)
+
+
+def replaced(ranks, rank, nid, **changes):
+    """``ranks`` with node ``nid`` of ``rank`` (or the node object ``nid``) replaced by
+    a changed copy (the shared original is left alone, as a reader's nodes must be)."""
+    old = nid if isinstance(nid, TraceNode) else node(ranks, rank, nid)
+    new = copy.deepcopy(old)
+    attrs = changes.pop("attrs", {})
+    for key, value in changes.items():
+        setattr(new, key, value)
+    for name, value in attrs.items():
+        if value is None:
+            new.attrs.pop(name, None)
+        else:
+            new.attrs[name] = value
+    ranks[rank] = [new if n is old else n for n in ranks[rank]]
+    return ranks
+
+
+def reasons_by_rank(problems):
+    return {(p.rank, p.node_id, p.reason) for p in problems}
+
+
+@pytest.fixture
+def structure_calls(monkeypatch):
+    calls = []
+    real = validate_module._structure
+
+    def counted(nodes, limit):
+        calls.append(len(nodes))
+        return real(nodes, limit)
+    monkeypatch.setattr(validate_module, "_structure", counted)
+    return calls
+
+
+def test_class_set_is_valid_and_checked_once_per_class(structure_calls):
+    assert validate(class_set(class_ranks())) == []
+    assert len(structure_calls) == 2
+
+
+def test_zero_tensor_size_on_one_rank_of_a_class(structure_calls):
+    ranks = replaced(class_ranks(), 5, 3, attrs={"tensor_size": ("uint64_val", 0)})
+    assert validate(class_set(ranks)) == [
+        Problem(5, 3, "comp3", "tensor_size is 0, expected > 0")]
+    assert len(structure_calls) == 3  # rank 5 is checked on its own
+
+
+def test_duplicate_id_on_one_rank_of_a_class():
+    ranks = replaced(class_ranks(), 2, 5, id=3)
+    problems = validate(class_set(ranks))
+    assert {p.rank for p in problems} == {2}
+    assert (2, 3, "duplicate node id 3 (also 'comp3')") in reasons_by_rank(problems)
+
+
+def test_pg_name_of_a_group_the_rank_is_not_in():
+    # rank 6's second tp collective names the tp group of ranks 0-3: the set of
+    # names per class is the same, so only the membership check can see it
+    ranks = replaced(class_ranks(), 6, 4, attrs={"pg_name": ("string_val", "1")})
+    problems = validate(class_set(ranks))
+    assert {p.rank for p in problems} == {6}
+    assert (6, 4, "rank 6 is not a member of group '1' [0, 1, 2, 3]") in \
+        reasons_by_rank(problems)
+
+
+def test_peer_that_is_the_rank_itself_on_one_rank():
+    ranks = replaced(class_ranks(), 1, 7, attrs={"comm_dst": ("int32_val", 1)})
+    problems = validate(class_set(ranks))
+    assert (1, 7, "comm_dst 1 is the rank itself") in reasons_by_rank(problems)
+    assert {p.rank for p in problems} == {1, 5}  # and rank 5's recv is left unmatched
+
+
+def test_defect_shared_by_a_whole_class_is_reported_for_each_rank():
+    ranks = class_ranks()
+    shared = node(ranks, 0, 5)
+    shared.attrs["tensor_size"] = ("uint64_val", 0)  # the one object of ranks 0-3
+    assert validate(class_set(ranks)) == [
+        Problem(r, 5, "comp5", "tensor_size is 0, expected > 0") for r in range(4)]
+
+
+def test_true_is_not_taken_for_one():
+    # equal under ==, but a bool comm_size is no number to the sequence check
+    ranks = class_ranks()
+    for r in range(8):
+        ranks = replaced(ranks, r, 9, attrs={"comm_size": ("int64_val", 1)})
+    assert validate(class_set(ranks)) == []
+    ranks = replaced(ranks, 6, 9, attrs={"comm_size": ("int64_val", True)})
+    problems = validate(class_set(ranks))
+    assert problems and {p.rank for p in problems} == {6}
+
+
+def test_problems_keep_their_order_within_a_rank():
+    # structural and rank problems of one rank interleave by node, as checked
+    ranks = replaced(class_ranks(), 1, 2, attrs={"pg_name": ("string_val", "9")})
+    ranks = replaced(ranks, 1, 1, attrs={"num_ops": ("int64_val", 0)})
+    ranks = replaced(ranks, 1, 4, attrs={"is_cpu_op": ("bool_val", True)})
+    ranks = replaced(ranks, 1, 6, attrs={"pg_name": ("string_val", "2")})
+    got = [(p.node_id, p.reason.split(" ")[0]) for p in validate(class_set(ranks))
+           if p.rank == 1][:4]
+    assert got == [(1, "num_ops"), (2, "pg_name"), (4, "is_cpu_op"), (6, "rank")]
+    # a send's problem (node 7) before a collective's (node 9) on the same rank
+    ranks = replaced(class_ranks(), 3, 9, attrs={"pg_name": ("string_val", "2")})
+    ranks = replaced(ranks, 3, 7, attrs={"comm_dst": ("int32_val", 3)})
+    got = [(p.node_id, p.reason.split(" ")[0]) for p in validate(class_set(ranks))
+           if p.rank == 3][:2]
+    assert got == [(7, "comm_dst"), (9, "rank")]
+
+
+# A reference without any reuse or shortcut: every rank's structure checked on its
+# own, every collective through the per-node code, every group compared in full, the
+# order graph always built, and only the final list capped at max_problems.
+
+
+def _every_group_in_full(groups, summaries, out):
+    used = {}
+    for summary in summaries.values():
+        used.update(dict.fromkeys(summary.pg_names))
+    for pg in used:
+        members = [m for m in sorted(groups[pg]) if m in summaries]
+        validate_module._check_sequences(pg, members, summaries, out)
+    validate_module._check_collective_order(validate_module._issue_order(summaries), out)
+
+
+def reference(trace_set, max_problems, monkeypatch):
+    unbounded = validate_module._Recorder
+    with monkeypatch.context() as m:
+        m.setattr(validate_module, "_Recorder", lambda limit: unbounded(1 << 30))
+        m.setattr(validate_module._Shapes, "shape",
+                  lambda self, nodes: validate_module._structure(tuple(nodes), self.limit))
+        m.setattr(validate_module, "_all_members", lambda *args: None)
+        m.setattr(validate_module, "_check_collectives", _every_group_in_full)
+        return validate(trace_set, max_problems)
+
+
+def _mutate(rng: random.Random, ranks: dict) -> dict:
+    rank = rng.randrange(8)
+    n = rng.choice(ranks[rank])
+    nid, kind = n.id, n.type
+    choices = [
+        {"attrs": {"is_cpu_op": ("bool_val", True)}},
+        {"attrs": {"is_cpu_op": None}},
+        {"id": rng.choice([nid - 1, nid + 1, 42])},
+        {"data_deps": [rng.choice([nid, nid + 1, 77])]},
+        {"ctrl_deps": [9 - nid] if nid != 9 else [0]},
+        {"data_deps": [], "ctrl_deps": []},
+        {"name": "renamed"},
+        {"type": NodeType.MEM_LOAD},
+    ]
+    if kind == NodeType.COMP:
+        choices += [{"attrs": {"tensor_size": ("uint64_val", 0)}},
+                    {"attrs": {"num_ops": ("double_val", 1.0)}},
+                    {"attrs": {"num_ops": ("int64_val", -0.0)}}]
+    else:
+        choices += [{"attrs": {"comm_size": ("uint64_val", 4096)}},
+                    {"attrs": {"comm_size": ("int64_val", rng.choice([0, 1, True, 99]))}}]
+    if kind == NodeType.COMM_COLL:
+        choices += [{"attrs": {"pg_name": ("string_val", rng.choice(list(CLASS_GROUPS)
+                                                                     + ["77"]))}},
+                    {"attrs": {"pg_name": ("int64_val", 1)}},
+                    {"attrs": {"comm_type": ("int64_val", rng.choice([0, 1, 2, 7, 9]))}},
+                    {"id": 11 - nid}]  # swap the order of two collectives
+    if kind in (NodeType.COMM_SEND, NodeType.COMM_RECV):
+        peer = "comm_dst" if kind == NodeType.COMM_SEND else "comm_src"
+        choices += [{"attrs": {peer: ("int32_val", rng.choice([rank, 8, (rank + 4) % 8,
+                                                                 rank ^ 1]))}},
+                    {"attrs": {"comm_tag": ("int64_val", 10)}}]
+    return replaced(ranks, rank, n, **copy.deepcopy(rng.choice(choices)))
+
+
+def class_ranks_shared(ranks) -> list[TraceNode]:
+    """The node objects rank 0 or rank 4 shares with the next rank of its class."""
+    return [n for r in (0, 4) for n in ranks[r] if any(n is m for m in ranks[r + 1])]
+
+
+def test_reuse_reports_exactly_what_checking_every_rank_reports(monkeypatch):
+    rng = random.Random(11)
+    for trial in range(300):
+        ranks = class_ranks()
+        for _ in range(rng.choice([1, 1, 2, 3])):
+            ranks = _mutate(rng, ranks)
+        if rng.random() < 0.2:  # a defect in a node object every rank of a class shares
+            shared = rng.choice(class_ranks_shared(ranks))
+            shared.attrs["tensor_size"] = ("uint64_val", 0)
+        for limit in (1, 3, 50):
+            got = validate(class_set(ranks), limit)
+            assert got == reference(class_set(ranks), limit, monkeypatch), (trial, limit)
+
+
+def test_tiny_bounds_change_nothing(monkeypatch):
+    rng = random.Random(5)
+    sets = []
+    for _ in range(20):
+        ranks = class_ranks()
+        sets.append(_mutate(rng, ranks) if rng.random() < 0.7 else ranks)
+    want = [validate(class_set(ranks)) for ranks in sets]
+    monkeypatch.setattr(validate_module._Shapes, "MAX_SHAPES", 1)
+    monkeypatch.setattr(validate_module._Shapes, "MAX_HELD", 1)
+    monkeypatch.setattr(validate_module._Shapes, "MAX_KEYS", 1)
+    assert [validate(class_set(ranks)) for ranks in sets] == want
+
+
+def test_counts_beyond_max_problems_include_replayed_and_rank_problems(monkeypatch):
+    ranks = class_ranks()
+    node(ranks, 0, 5).attrs["tensor_size"] = ("uint64_val", 0)  # shared by ranks 0-3
+    for r in range(4):
+        for nid in (2, 4):
+            ranks = replaced(ranks, r, nid, attrs={"pg_name": ("string_val", "2")})
+    for limit in range(1, 16):
+        got = validate(class_set(ranks), limit)
+        assert got == reference(class_set(ranks), limit, monkeypatch), limit
+    assert len(validate(class_set(ranks), 1000)) == 4 * 3

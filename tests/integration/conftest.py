@@ -16,6 +16,7 @@ def stage(*args, cwd=None, env=None):
                           env=dict(os.environ, **(env or {})))
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def run_stage():
+    """The ``stage`` command: ``run_stage("generate", ...)`` -> CompletedProcess."""
     return stage

@@ -2,10 +2,10 @@
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
 from stage_core.trace import CollectiveType, NodeType
 
 
@@ -68,6 +68,9 @@ def test_unwritable_output(run_stage, tmp_path):
     done = run_stage("generate", "--model", "gpt-tiny", "-o", tmp_path / "file" / "out")
     assert done.returncode == 2 and "not a folder" in done.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["file"]
+
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_quick_start_has_two_commands_and_ci_runs_the_second():

@@ -22,11 +22,9 @@ SIMULATED = {CollectiveType.ALL_REDUCE, CollectiveType.ALL_GATHER, CollectiveTyp
 
 
 @pytest.fixture(scope="module")
-def gpt_set(tmp_path_factory):
-    from conftest import stage
-
+def gpt_set(tmp_path_factory, run_stage):
     out = tmp_path_factory.mktemp("gpt") / "set"
-    done = stage("generate", "--model", "gpt-tiny", "--tp", "2", "--sp", "--dp", "2", "--zero", "1", "-o", out)
+    done = run_stage("generate", "--model", "gpt-tiny", "--tp", "2", "--sp", "--dp", "2", "--zero", "1", "-o", out)
     assert done.returncode == 0, done.stderr
     return out
 

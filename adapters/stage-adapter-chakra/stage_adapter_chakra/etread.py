@@ -10,9 +10,10 @@ from google.protobuf.message import DecodeError
 from stage_core.trace import TraceNode, TraceSet
 
 from . import schema, traceset, wire
-from .convert import metadata, trace_node
+from .convert import metadata
 from .errors import ChakraReadError
 from .et import FORMAT_ID
+from .records import BadRecord, NodeDecoder
 
 
 def _load(path: Path) -> bytes:
@@ -22,46 +23,54 @@ def _load(path: Path) -> bytes:
     return data
 
 
-def decode_et(data: bytes, where: str = "trace") -> tuple[dict[str, Any], list[TraceNode]]:
-    """``(metadata, nodes)`` of one trace file's bytes."""
-    frames = wire.iter_frames(data)
-    offset = 0
+def decode_et(data: bytes, where: str = "trace",
+              decoder: NodeDecoder | None = None) -> tuple[dict[str, Any], list[TraceNode]]:
+    """``(metadata, nodes)`` of one trace file's bytes.
+
+    With a ``decoder`` (one per set, see :mod:`.records`) nodes are shared with the
+    files it decoded before wherever their records are the same bytes.
+    """
+    if not data:
+        raise ChakraReadError(f"{where}: empty file, no GlobalMetadata record")
+    data = bytes(data)  # records are sliced out and hashed: bytes, not a buffer
     try:
-        first = next(frames, None)
-        if first is None:
-            raise ChakraReadError(f"{where}: empty file, no GlobalMetadata record")
-        offset = first[0]
-        meta = metadata(schema.GlobalMetadata.FromString(bytes(first[1])))
-        node = schema.Node()
-        nodes = []
-        for offset, record in frames:
-            node.ParseFromString(bytes(record))
-            nodes.append(trace_node(node))
+        header, pos = wire.read_frame(data, 0)
+        meta = metadata(schema.GlobalMetadata.FromString(header))
     except (DecodeError, ValueError) as exc:
-        if isinstance(exc, ChakraReadError):
-            raise
-        raise ChakraReadError(f"{where}: record at byte {offset}: {exc}") from exc
+        if isinstance(exc, wire.FrameError):
+            raise ChakraReadError(f"{where}: {exc}") from None
+        raise ChakraReadError(f"{where}: record at byte 0: {exc}") from exc
+    try:
+        nodes = (NodeDecoder() if decoder is None else decoder).decode(data, pos)
+    except BadRecord as exc:
+        raise ChakraReadError(f"{where}: {exc}") from exc.__cause__
     return meta, nodes
 
 
-def read_et_file(path: Path) -> tuple[dict[str, Any], list[TraceNode]]:
-    """``(metadata, nodes)`` of the trace file at ``path``."""
-    return decode_et(_load(path), str(path))
+def read_et_file(path: Path,
+                 decoder: NodeDecoder | None = None) -> tuple[dict[str, Any], list[TraceNode]]:
+    """``(metadata, nodes)`` of the trace file at ``path`` (``decoder``: see decode_et)."""
+    return decode_et(_load(path), str(path), decoder)
 
 
 def read_et_header(path: Path) -> dict[str, Any]:
     """Only the GlobalMetadata of the trace file at ``path``."""
     data = _load(path)
     try:
-        _, record = next(wire.iter_frames(data))
-        return metadata(schema.GlobalMetadata.FromString(bytes(record)))
-    except (StopIteration, DecodeError, ValueError) as exc:
+        record, _ = wire.read_frame(data, 0)
+        return metadata(schema.GlobalMetadata.FromString(record))
+    except (IndexError, DecodeError, ValueError) as exc:
         raise ChakraReadError(f"{path}: no readable GlobalMetadata record ({exc})") from exc
 
 
 def read(directory: Path) -> TraceSet:
     """The ``chakra`` backend's reader: a directory of ``<prefix>.<rank>.et`` files."""
-    return traceset.open_set(Path(directory), "et", read_et_file, read_et_header, FORMAT_ID)
+    def file_reader():  # one NodeDecoder per pass over the set
+        decoder = NodeDecoder()
+        return lambda path: read_et_file(path, decoder)
+
+    return traceset.open_set(Path(directory), "et", read_et_file, read_et_header, FORMAT_ID,
+                             file_reader=file_reader)
 
 
 def detect(directory: Path) -> bool:

@@ -72,15 +72,22 @@ def comm_groups(directory: Path) -> dict[str, list[int]]:
 
 
 def open_set(directory: Path, suffix: str, decode: Decoder,
-             read_header: Callable[[Path], dict[str, Any]], format_id: str) -> TraceSet:
-    """A lazily read trace set; ``iter_ranks`` decodes one file at a time."""
+             read_header: Callable[[Path], dict[str, Any]], format_id: str, *,
+             file_reader: Callable[[], Decoder] | None = None) -> TraceSet:
+    """A lazily read trace set; ``iter_ranks`` decodes one file at a time.
+
+    ``file_reader``, when given, is called at the start of each ``iter_ranks()`` pass
+    for the decoder of that pass (so a decoder's state, such as a cache of decoded
+    records, lives as long as one pass over the set and no longer).
+    """
     directory = Path(directory)
     prefix, files = rank_files(directory, suffix)
     header = read_header(files[0])
 
     def iter_ranks() -> Iterator[tuple[int, list[TraceNode]]]:
+        decode_file = decode if file_reader is None else file_reader()
         for rank, path in enumerate(files):
-            meta, nodes = decode(path)
+            meta, nodes = decode_file(path)
             if not meta["version"]:
                 raise ChakraReadError(f"{path}: GlobalMetadata has no version")
             yield rank, nodes

@@ -178,3 +178,66 @@ def iter_frames(data: bytes) -> Iterator[tuple[int, memoryview]]:
                 f"truncated record at byte {start}: needs {size} bytes, {end - pos} left")
         yield start, view[pos:pos + size]
         pos += size
+
+
+class FrameError(ValueError):
+    """A record that cannot be framed, at byte ``offset`` (its length prefix)."""
+
+    def __init__(self, offset: int, reason: str):
+        super().__init__(f"record at byte {offset}: {reason}")
+        self.offset, self.reason = offset, reason
+
+
+def read_frame(data: bytes, pos: int) -> tuple[bytes, int]:
+    """The record whose length prefix starts at ``pos``, and the position after it.
+
+    :class:`FrameError` on a bad length prefix or a record running past the end.
+    """
+    end = len(data)
+    size = data[pos]
+    if size < 0x80:  # one-byte length: records under 128 bytes
+        body = pos + 1
+    elif pos + 1 < end and data[pos + 1] < 0x80:  # two bytes: under 16 KiB
+        size = (size & 0x7F) | data[pos + 1] << 7
+        body = pos + 2
+    else:
+        try:
+            size, body = read_varint(data, pos)
+        except ValueError as exc:
+            raise FrameError(pos, str(exc)) from None
+    stop = body + size
+    if stop > end:
+        raise FrameError(pos, f"truncated, needs {size} bytes, {end - body} left")
+    return data[body:stop], stop
+
+
+def split_frames(data: bytes, pos: int = 0) -> tuple[list[bytes], list[int]]:
+    """``(records, starts)``: every length-prefixed record of ``data`` from ``pos`` on,
+    as bytes, and the offset of each one's length prefix, plus the end of the last.
+
+    The framing of :func:`iter_frames` (and :func:`read_frame`'s errors), in one pass
+    that copies each record out, so that a record can be hashed.
+    """
+    records: list[bytes] = []
+    starts: list[int] = []
+    add_record, add_start = records.append, starts.append
+    end = len(data)
+    while pos < end:
+        add_start(pos)
+        size = data[pos]
+        if size < 0x80:
+            body = pos + 1
+        elif pos + 1 < end and data[pos + 1] < 0x80:
+            size = (size & 0x7F) | data[pos + 1] << 7
+            body = pos + 2
+        else:
+            record, pos = read_frame(data, pos)
+            add_record(record)
+            continue
+        stop = body + size
+        if stop > end:
+            raise FrameError(pos, f"truncated, needs {size} bytes, {end - body} left")
+        add_record(data[body:stop])
+        pos = stop
+    add_start(pos)
+    return records, starts
