@@ -125,10 +125,6 @@ def param_counts(graph: Graph) -> tuple[int, int]:
     return total, active
 
 
-def parameters(graph: Graph):
-    return [p for p in graph.params if p.role is Role.PARAMETER]
-
-
 # ---------------------------------------------------------------------- exact totals of a graph
 def evaluate_sum(exprs, values: Mapping[str, int]) -> int:
     """Exact sum of many symbolic expressions at ``values`` (identical ones evaluated once)."""

@@ -51,10 +51,6 @@ def names_in(e: Expr) -> set[str]:
     return {s.name for s in expr(e).free_symbols}
 
 
-def is_integer_valued(e: Expr) -> bool:
-    return expr(e).is_integer is True
-
-
 def simplify(e: Expr) -> Expr:
     return sp.simplify(e)
 

@@ -106,15 +106,6 @@ class Op:
         if not self.byte_terms:
             self.byte_terms = tuple((t.itemsize, term) for term, t in zip(ins + outs, self.inputs + self.outputs))
 
-    # ------------------------------------------------------------------ views
-    @property
-    def in_terms(self) -> list[str]:
-        return parse_spec(self.spec)[0]
-
-    @property
-    def out_terms(self) -> list[str]:
-        return parse_spec(self.spec)[1]
-
     @property
     def is_kernel(self) -> bool:
         return self.kind != "view"

@@ -21,8 +21,8 @@ from ..ir import kernels
 from ..ir.ops import BACKWARD, FORWARD, MATMUL, Op
 from ..ir.tensor import DTYPE_BYTES, Role, Tensor
 from ..trace import COMM_KEYS, CollectiveType, NodeType, ProgramNode, RankProgram
-from .mesh import Mesh
-from .placement import FLAT, Partial, Replicate, Shard, layout_key
+from .mesh import Mesh, canonical_key
+from .placement import FLAT, Partial, Shard, layout_key
 from .plan import Plan
 from .propagate import OpPlan, Propagation, Redistribute
 
@@ -294,13 +294,10 @@ class Lowerer:
         for r in gathers:
             by_axis.setdefault(r.axis, []).append(r)
         for axis, rs in by_axis.items():
-            size = sum(self.param_shard_bytes(r.tensor, r.before) for r in rs)
+            size = sum(self.sizes.nbytes(r.tensor, r.before) for r in rs)
             nid = prog.coll(f"{name}:all_gather.{axis}:params", CollectiveType.ALL_GATHER, size, self.key(axis), ())
             for r in rs:
                 versions[(r.tensor, layout_key(r.after))] = (nid,)
-
-    def param_shard_bytes(self, t: Tensor, layout: dict) -> int:
-        return self.sizes.nbytes(t, layout)
 
     def layer_gathers(self) -> dict:
         """FSDP units: per layer (None = outside the layers), the gathers of every
@@ -384,7 +381,7 @@ class Lowerer:
         dp_axes = self._dp_axes()
         if not dp_axes:
             return deps
-        key = "+".join(dp_axes)
+        key = canonical_key(dp_axes)
         dp_deg = self.sizes.deg(dp_axes)
         numel = sum(self.sizes.numel(p, self.sg.compute_layout(p)) for p in bucket)
         target = self.sg.grad_target.get(dp_axes[-1])
@@ -422,7 +419,7 @@ class Lowerer:
             if dp_axes and opt_shard > 1 and params_replicated:
                 # the updated shards go back to every replica (ZeRO-1/2); sharded
                 # parameters (ZeRO-3) stay sharded and are gathered where used
-                key = "+".join(dp_axes)
+                key = canonical_key(dp_axes)
                 prog.coll(f"optimizer.bucket{i}:all_gather.{key}:params", CollectiveType.ALL_GATHER,
                           local * param_item, self.key(key), [nid])
 

@@ -16,9 +16,8 @@ no search over ranks is needed.
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping
 
-from ..errors import UsageError
 from .plan import AXES, Plan
 
 RANK_AXES = tuple(a for a in AXES if a != "ep")
@@ -136,12 +135,3 @@ class GroupTable:
                 out[str(1 + self.offset[k] + g)] = self.mesh.group_members(k, r)
         return dict(sorted(out.items(), key=lambda kv: int(kv[0])))
 
-    def groups_of(self, ranks: Sequence[int]) -> list[str]:
-        return sorted({self.name(r, k) for r in ranks for k in self.keys}, key=int)
-
-
-def check_world(plan: Plan) -> Mesh:
-    mesh = Mesh.from_plan(plan)
-    if mesh.world_size != plan.world_size:  # pragma: no cover - both multiply the same degrees
-        raise UsageError(f"world size {mesh.world_size} != {plan.world_size}")
-    return mesh

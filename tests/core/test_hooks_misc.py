@@ -6,7 +6,6 @@ import pytest
 
 from stage_core import hookimpl
 from stage_core.cli import main
-from stage_core.errors import PluginError
 from stage_core.records import CommandSpec, ScheduleSpec
 from stage_core.schedule import gpipe, interleaved_1f1b, one_f_one_b
 from stage_core.testing import ToyConfig, fresh_host, jsonl_plugin, toy_plugin

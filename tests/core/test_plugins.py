@@ -11,7 +11,6 @@ import pytest
 from stage_core import hookimpl
 from stage_core.cli import main
 from stage_core.errors import PluginError
-from stage_core.plugins import PluginHost
 from stage_core.records import ModelSpec, StrategySpec
 from stage_core.testing import ToyConfig, build_toy, fresh_host, toy_plugin
 

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from stage_core.autodiff import differentiate
-from stage_core.parallel import FLAT, Mesh, P, Plan, R, Shard, ShardedGraph, conjugate, lower, propagate, transition_kind
+from stage_core.parallel import Mesh, P, Plan, R, Shard, ShardedGraph, conjugate, lower, propagate, transition_kind
 from stage_core.testing import ToyConfig, build_toy
 from stage_core.trace import CollectiveType as C
 

@@ -48,7 +48,7 @@ def test_mixtral_8x7b_by_hand():
 
 
 def test_deepseek_v3_by_hand_and_weights_readme():
-    h, L, V = 7168, 61, 129280
+    h, V = 7168, 129280  # 61 layers: 3 dense + 58 MoE
     mla = (h * 1536 + 1536 + 1536 * 128 * 192      # q_a, its norm, q_b
            + h * 576 + 512 + 512 * 128 * 256       # kv_a (latent 512 + rope key 64), its norm, kv_b
            + 128 * 128 * h)                        # output projection
