@@ -150,7 +150,8 @@ def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[st
     dims = dict(forward.dims)
     # the graph is the whole job's micro-batch: dp splits b back to micro_batch_size per rank
     dims.update(b=plan.micro_batch_size * plan.dp, s=plan.seq_len)
-    lowered = lower(prop, plan, mesh, dims)
+    schedule = next(s for s in host.schedules() if s.name == plan.schedule)
+    lowered = lower(prop, plan, mesh, dims, schedule.order)
     groups = GroupTable(mesh, lowered.group_keys)
     manifest = make_manifest(config, plan, mesh.world_size, lowered.reports)
     job = TraceJob(

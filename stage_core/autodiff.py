@@ -324,7 +324,8 @@ def _accumulate(e: _Emitter, t: Tensor, parts: list[Tensor]) -> Tensor:
     letters = "abcdefghijklmnopqrstuvwxyz"[: t.rank]
     spec = ",".join([letters] * len(parts)) + f"->{letters}"
     (out,) = e.op("elementwise", spec, parts, [t], fn="add",
-                  flop_terms=[(len(parts) - 1, letters, OTHER)], partial_ok=True, suffix=f"grad_acc.{t.name}")
+                  flop_terms=[(len(parts) - 1, letters, OTHER)], partial_ok=True, suffix=f"grad_acc.{t.name}",
+                  attrs={"accumulate": True})
     return out
 
 

@@ -25,6 +25,7 @@ from .mesh import Mesh, canonical_key
 from .placement import FLAT, Partial, Shard, layout_key
 from .plan import Plan
 from .propagate import OpPlan, Propagation, Redistribute
+from ..schedule.orders import one_f_one_b
 
 
 @dataclass
@@ -181,6 +182,14 @@ class _Program:
         self.step_last = nid
         return nid
 
+    def p2p(self, name: str, kind: NodeType, size: int, peer: str, tag: int, deps) -> int:
+        data, ctrl = self._deps(deps)
+        nid = len(self.nodes)
+        self.nodes.append(ProgramNode(nid, name, kind, data, ctrl, comm_size=size, peer=peer, tag=tag))
+        self.comm["send" if kind == NodeType.COMM_SEND else "recv"] += size
+        self.step_last = nid
+        return nid
+
     def end_step(self):
         self.step_tail = self.step_last
 
@@ -194,7 +203,7 @@ _SHORT = {
 
 
 class Lowerer:
-    def __init__(self, prop: Propagation, plan: Plan, mesh: Mesh, dims: dict[str, int]):
+    def __init__(self, prop: Propagation, plan: Plan, mesh: Mesh, dims: dict[str, int], schedule=one_f_one_b):
         self.prop = prop
         self.sg = prop.sharded
         self.g = prop.sharded.graph
@@ -206,6 +215,13 @@ class Lowerer:
         self.fwd_ops = [op for op in self.g.ops if op.phase == FORWARD]
         self.bwd_ops = [op for op in self.g.ops if op.phase == BACKWARD]
         self.recompute_set = self._recompute_ops()
+        self.stages, self.virtual = self.sg.pipeline
+        self.chunks = self.stages * self.virtual
+        self.schedule = schedule
+        self.producer = {t: op for op in self.g.ops for t in op.outputs}
+        self.params = set(self.g.params)
+        self.chunk = self.assign_chunks()
+        self.crossings = self.find_crossings()
 
     # ------------------------------------------------------------------ recompute
     def _recompute_ops(self) -> set[Op]:
@@ -299,11 +315,11 @@ class Lowerer:
             for r in rs:
                 versions[(r.tensor, layout_key(r.after))] = (nid,)
 
-    def layer_gathers(self) -> dict:
+    def layer_gathers(self, fwd_ops: list[Op]) -> dict:
         """FSDP units: per layer (None = outside the layers), the gathers of every
         parameter its forward uses; the same unit is gathered again for backward."""
         out: dict = {}
-        for op in self.fwd_ops:
+        for op in fwd_ops:
             for r in self.prop.plan(op).pre:
                 if r.param_gather:
                     lst = out.setdefault(op.layer, [])
@@ -311,42 +327,154 @@ class Lowerer:
                         lst.append(r)
         return out
 
-    # ------------------------------------------------------------------ one program
-    def program(self) -> _Program:
+    # ------------------------------------------------------------------ pipeline chunks
+    def assign_chunks(self) -> dict[Op, int | None]:
+        """The chunk (stage x virtual stage) of every op: layers split evenly in order; what
+        runs before the first layer goes with the first chunk, what runs after the last
+        with the last.  A backward op runs where its forward op runs; a gradient sum
+        whose parts come from several chunks (a tied embedding) gets None: each chunk
+        sums its own parts."""
+        n = self.chunks
+        layers = list(dict.fromkeys(op.layer for op in self.fwd_ops if op.layer is not None))
+        if len(layers) % n:
+            raise UsageError(f"--pp {self.stages} x --virtual-stages {self.virtual}: {len(layers)} layers do not "
+                             f"split into {n} equal chunks")
+        per = len(layers) // n
+        layer_chunk = {layer: i // per for i, layer in enumerate(layers)} if per else {}
+        first = next((i for i, op in enumerate(self.fwd_ops) if op.layer is not None), len(self.fwd_ops))
+        chunk: dict[Op, int | None] = {}
+        for i, op in enumerate(self.fwd_ops):
+            chunk[op] = layer_chunk[op.layer] if op.layer is not None else (0 if i < first else n - 1)
+        for op in self.bwd_ops:
+            if op.attrs.get("accumulate"):
+                sources = {chunk[self.producer[t]] for t in op.inputs if t in self.producer}
+                if len(sources) == 1:
+                    chunk[op] = sources.pop()  # summed where its parts are made: one transfer, not several
+                elif op.outputs[0].grad_of in self.params:
+                    chunk[op] = None
+                else:
+                    chunk[op] = chunk[op.forward_op]  # some parts arrive from the next stage
+            else:
+                chunk[op] = chunk[op.forward_op]
+        return chunk
+
+    def stage_of(self, chunk: int) -> int:
+        return chunk % self.stages
+
+    def chunk_ops(self, ops: list[Op], c: int) -> list[Op]:
+        return [op for op in ops if self.chunk[op] == c or (self.chunk[op] is None and self.local_parts(op, c))]
+
+    def local_parts(self, op: Op, c: int) -> list[Tensor]:
+        return [t for t in op.inputs if t in self.producer and self.chunk[self.producer[t]] == c]
+
+    def find_crossings(self) -> list[tuple[Tensor, int, int, str]]:
+        """Tensors one chunk makes and another reads: (tensor, from, to, "F" | "B")."""
+        out: dict[tuple, None] = {}
+        received: set[tuple[Tensor, int]] = set()
+        for phase, ops in (("F", self.fwd_ops), ("B", self.bwd_ops)):
+            for op in ops:
+                c = self.chunk[op]
+                if c is None:
+                    continue
+                for t in op.inputs:
+                    src = self.producer.get(t)
+                    if src is None or self.chunk[src] == c:
+                        continue
+                    if phase == "B" and src.phase == FORWARD:
+                        if (t, c) not in received:
+                            raise UsageError(f"op {op.name} reads {t.name} from another pipeline stage in backward")
+                        continue
+                    out[(t, self.chunk[src], c, phase)] = None
+                    received.add((t, c))
+        return list(out)
+
+    def peer_key(self, src_chunk: int, dst_chunk: int, sending: bool) -> str:
+        delta = self.stage_of(dst_chunk) - self.stage_of(src_chunk)
+        delta = delta if sending else -delta
+        return f"pp{'+' if delta >= 0 else '-'}{abs(delta)}"
+
+    # ------------------------------------------------------------------ one program per stage
+    def program(self, stage: int) -> tuple[_Program, int]:
+        """The program of pipeline stage ``stage`` and its peak activation bytes."""
         prog = _Program()
         m_total = self.plan.micro_batches
-        units = self.layer_gathers()
-        buckets = self.plan_buckets()
+        order = self.schedule(self.stages, m_total, self.virtual)[stage]
+        buckets = self.plan_buckets(stage)
         by_last_op: dict[Op, list[int]] = {}
         for i, (_, last_op) in enumerate(buckets):
             by_last_op.setdefault(last_op, []).append(i)
         syncs: dict[int, list[int]] = {}
-        for m in range(m_total):
-            versions: dict = {}
-            tag = f"mb{m}"
-            last = m == m_total - 1
-            gathers = dict(units)
-            for op in self.fwd_ops:
-                self.emit_op(prog, op, versions, f"{tag}.fwd", gathers, FORWARD)
+        per_mb: dict[int, dict] = {}
+        index = {x: i for i, x in enumerate(self.crossings)}
+        chunk_acts = {}
+        live = peak = 0
+        done_backward = {c: 0 for c in range(self.chunks)}
+        for kind, m, local_chunk in order:
+            c = local_chunk * self.stages + stage
+            versions = per_mb.setdefault(m, {})
+            tag = f"mb{m}" + (f".chunk{c}" if self.chunks > 1 else "")
+            phase = "F" if kind == "F" else "B"
+            for x in self.crossings:
+                t, src, dst, ph = x
+                if dst == c and ph == phase:
+                    rid = prog.p2p(f"{tag}.{'fwd' if ph == 'F' else 'bwd'}:recv:{t.name}", NodeType.COMM_RECV,
+                                   self.sizes.nbytes(t, self.prop.produced.get(t, {})),
+                                   self.peer_key(src, dst, False), 1 + m * len(self.crossings) + index[x], ())
+                    versions[(t, layout_key(self.prop.produced.get(t, {})))] = (rid,)
+                    versions[(t, None)] = (rid,)
+            if kind == "F":
+                gathers = self.layer_gathers(self.chunk_ops(self.fwd_ops, c))
+                for op in self.chunk_ops(self.fwd_ops, c):
+                    self.emit_op(prog, op, versions, f"{tag}.fwd", gathers, FORWARD)
+                if c not in chunk_acts:
+                    chunk_acts[c] = self.activation_bytes(c)
+                live += chunk_acts[c]
+                peak = max(peak, live)
+            else:
+                last = done_backward[c] == m_total - 1
+                done_backward[c] += 1
+                gathers = self.layer_gathers(self.chunk_ops(self.fwd_ops, c))  # gathered again for backward
+                recomputed: set = set()
+                for op in self.chunk_ops(self.bwd_ops, c):
+                    fwd = op.forward_op
+                    if fwd is not None and fwd in self.recompute_set:
+                        region = self._region_key(fwd)
+                        if region not in recomputed:
+                            recomputed.add(region)
+                            for f in self.chunk_ops(self.fwd_ops, c):
+                                if f in self.recompute_set and self._region_key(f) == region:
+                                    self.emit_op(prog, f, versions, f"{tag}.recompute", gathers, BACKWARD)
+                    if self.chunk[op] is None:
+                        self.emit_partial_sum(prog, op, c, versions, f"{tag}.bwd")
+                    else:
+                        self.emit_op(prog, op, versions, f"{tag}.bwd", gathers, BACKWARD)
+                    if last:  # a bucket is reduced as soon as its last gradient is final
+                        for i in by_last_op.get(op, ()):
+                            syncs[i] = self.emit_bucket_sync(prog, i, buckets[i][0], versions)
+                live -= chunk_acts.get(c, 0)
+            for x in self.crossings:
+                t, src, dst, ph = x
+                if src == c and ph == phase:
+                    deps = versions.get((t, layout_key(self.prop.produced.get(t, {}))), versions.get((t, None), ()))
+                    prog.p2p(f"{tag}.{'fwd' if ph == 'F' else 'bwd'}:send:{t.name}", NodeType.COMM_SEND,
+                             self.sizes.nbytes(t, self.prop.produced.get(t, {})),
+                             self.peer_key(src, dst, True), 1 + m * len(self.crossings) + index[x], deps)
             prog.end_step()
-            gathers = dict(units)  # backward gathers each unit again (recompute uses that gather)
-            recomputed: set = set()
-            for op in self.bwd_ops:
-                fwd = op.forward_op
-                if fwd is not None and fwd in self.recompute_set:
-                    region = self._region_key(fwd)
-                    if region not in recomputed:
-                        recomputed.add(region)
-                        for f in self.fwd_ops:
-                            if f in self.recompute_set and self._region_key(f) == region:
-                                self.emit_op(prog, f, versions, f"{tag}.recompute", gathers, BACKWARD)
-                self.emit_op(prog, op, versions, f"{tag}.bwd", gathers, BACKWARD)
-                if last:  # a bucket is reduced as soon as its last gradient is final
-                    for i in by_last_op.get(op, ()):
-                        syncs[i] = self.emit_bucket_sync(prog, i, buckets[i][0], versions)
-            prog.end_step()
-        self.emit_optimizer(prog, buckets, syncs)
-        return prog
+        self.emit_optimizer(prog, stage, buckets, syncs, per_mb.get(m_total - 1, {}))
+        return prog, peak
+
+    def emit_partial_sum(self, prog: _Program, op: Op, c: int, versions: dict, tag: str) -> None:
+        """This chunk's part of a gradient sum whose parts live on several stages."""
+        parts = self.local_parts(op, c)
+        deps = [d for t in parts for d in versions.get((t, None), ())]
+        if len(parts) > 1:
+            numel = self.sizes.numel(op.outputs[0], self.prop.plan(op).out_layouts[0])
+            nid = prog.comp(f"{tag}.{op.name}", 0, (len(parts) - 1) * numel,
+                            (len(parts) + 1) * numel * op.outputs[0].itemsize, deps)
+            deps = [nid]
+        out = op.outputs[0]
+        versions[(out, None)] = tuple(deps)
+        versions[(out, layout_key(self.prop.plan(op).out_layouts[0]))] = tuple(deps)
 
     # ------------------------------------------------------------------ gradient sync and optimizer
     def bucket_size(self) -> int:
@@ -355,11 +483,21 @@ class Lowerer:
         # Megatron-Core DDP: max(40M, 1M * data-parallel size) parameters per bucket
         return max(40_000_000, 1_000_000 * self.plan.dp)
 
-    def plan_buckets(self) -> list[tuple[list[Tensor], Op]]:
-        """Parameters grouped in the order their gradients become final in backward."""
-        producer = {t: op for op in self.bwd_ops for t in op.outputs}
+    def stage_params(self, stage: int) -> list[Tensor]:
+        """Parameters a stage holds: those its chunks' ops use (a tied embedding: first and last)."""
+        used = {t for c in range(stage, self.chunks, self.stages) for op in self.chunk_ops(self.fwd_ops, c)
+                for t in op.inputs}
+        return [p for p in self.g.params if p in used]
+
+    def param_stages(self, p: Tensor) -> list[int]:
+        return [s for s in range(self.stages) if p in self._stage_param_sets[s]]
+
+    def plan_buckets(self, stage: int) -> list[tuple[list[Tensor], Op]]:
+        """A stage's parameters grouped in the order their gradients become final in backward."""
+        ops = [op for c in range(stage, self.chunks, self.stages) for op in self.chunk_ops(self.bwd_ops, c)]
         index = {op: i for i, op in enumerate(self.bwd_ops)}
-        order = sorted(self.g.params, key=lambda p: index[producer[self.g.grads[p]]])
+        final = {p: self.producer[self.g.grads[p]] for p in self.stage_params(stage)}
+        order = sorted(final, key=lambda p: index[final[p]])
         buckets, cur, count = [], [], 0
         limit = self.bucket_size()
         for p in order:
@@ -370,7 +508,8 @@ class Lowerer:
                 cur, count = [], 0
         if cur:
             buckets.append(cur)
-        return [(b, producer[self.g.grads[b[-1]]]) for b in buckets]
+        assert all(final[b[-1]] in ops for b in buckets)
+        return [(b, final[b[-1]]) for b in buckets]
 
     def _dp_axes(self) -> list[str]:
         return [a for a in ("cp", "dp") if self.sg.active(a) and a in self.sg.grad_target]
@@ -391,15 +530,27 @@ class Lowerer:
         size = numel * DTYPE_BYTES[self.plan.grad_dtype]
         return [prog.coll(f"grad_sync.bucket{i}:{_SHORT[kind]}.{key}", kind, size, self.key(key), deps)]
 
-    def emit_optimizer(self, prog: _Program, buckets, syncs: dict[int, list[int]]) -> None:
+    def emit_optimizer(self, prog: _Program, stage: int, buckets, syncs: dict[int, list[int]], versions) -> None:
         sg = self.sg
         grad_item = DTYPE_BYTES[self.plan.grad_dtype]
         dp_axes = self._dp_axes()
+        params = self.stage_params(stage)
         after = [d for i in sorted(syncs) for d in syncs[i]]
+        # a parameter held by several stages (a tied embedding on the first and last)
+        # sums its gradients over those stages, as Megatron's embedding all-reduce does
+        by_group: dict[str, list[Tensor]] = {}
+        for p in params:
+            stages = self.param_stages(p)
+            if len(stages) > 1:
+                by_group.setdefault("pp@" + ",".join(map(str, stages)), []).append(p)
+        for key, shared in sorted(by_group.items()):
+            size = sum(self.sizes.numel(p, sg.compute_layout(p)) for p in shared) * grad_item
+            after = [prog.coll(f"grad_sync.shared:all_reduce.{key}", CollectiveType.ALL_REDUCE, size,
+                               self.key(key), after)]
         # gradients still Partial over tp (sequence-parallel norms and biases): one
         # coalesced all-reduce over tp after the data-parallel sync, as Megatron's
         # finalize_model_grads does; the optimizer step waits for all of it
-        tp_partial = [p for p in self.g.params
+        tp_partial = [p for p in params
                       if isinstance(self.prop.produced.get(self.g.grads[p], {}).get("tp"), Partial)]
         if tp_partial:
             size = sum(self.sizes.numel(p, sg.compute_layout(p)) for p in tp_partial) * grad_item
@@ -407,7 +558,7 @@ class Lowerer:
                                self.key("tp"), after)]
         opt_shard = self.sizes.deg(a for a in sg.optimizer_sharded if sg.active(a))
         params_replicated = not any(
-            isinstance(sg.storage_layout(p).get(a), Shard) for p in self.g.params for a in dp_axes)
+            isinstance(sg.storage_layout(p).get(a), Shard) for p in params for a in dp_axes)
         for i, (bucket, _) in enumerate(buckets):
             numel = sum(self.sizes.numel(p, sg.compute_layout(p)) for p in bucket)
             local = -(-numel // opt_shard)
@@ -424,32 +575,30 @@ class Lowerer:
                           local * param_item, self.key(key), [nid])
 
     # ------------------------------------------------------------------ memory
-    def memory(self) -> dict[str, int]:
+    def memory(self, stage: int, activations: int) -> dict[str, int]:
         sg = self.sg
-        params = sum(self.sizes.nbytes(p, sg.storage_layout(p)) for p in self.g.params)
+        held = self.stage_params(stage)
+        params = sum(self.sizes.nbytes(p, sg.storage_layout(p)) for p in held)
         grad_layout_extra = {a: Shard(FLAT) for a in sg.grad_storage_sharded if sg.active(a)}
         grads = 0
         grad_item = DTYPE_BYTES[self.plan.grad_dtype]
-        for p in self.g.params:
+        for p in held:
             layout = dict(sg.compute_layout(p))
             layout.update(grad_layout_extra)
             grads += self.sizes.numel(self.g.grads[p], layout) * grad_item
         opt_extra = {a: Shard(FLAT) for a in sg.optimizer_sharded if sg.active(a)}
         optimizer = 0
-        for p in self.g.params:
+        for p in held:
             layout = dict(sg.compute_layout(p))
             layout.update(opt_extra)
             for t in self.g.opt_state[p]:
                 optimizer += self.sizes.nbytes(t, layout)
-        acts = self.activation_bytes() * self.in_flight()
-        return {"parameters": params, "gradients": grads, "optimizer": optimizer, "activations": acts,
-                "total": params + grads + optimizer + acts}
+        return {"parameters": params, "gradients": grads, "optimizer": optimizer, "activations": activations,
+                "total": params + grads + optimizer + activations}
 
-    def in_flight(self) -> int:
-        return 1  # pipeline schedules hold more; with pp = 1 one micro-batch at a time
-
-    def saved_tensors(self) -> dict[Tensor, dict]:
-        """Activations kept for backward (as produced), excluding what recompute redoes.
+    def saved_tensors(self, chunk: int) -> dict[Tensor, dict]:
+        """Activations one micro-batch keeps for backward in ``chunk`` (as produced),
+        excluding what recompute redoes.
 
         A tensor made inside a recomputed region is dropped when only ops inside
         the region keep it; the region's outputs that later ops keep (the attention
@@ -462,27 +611,30 @@ class Lowerer:
         kept_elsewhere = {t for op in self.fwd_ops for t in op.saved
                           if made_in.get(t) is None or region(op) != made_in[t]}
         out: dict[Tensor, dict] = {}
-        for op in self.fwd_ops:
+        for op in self.chunk_ops(self.fwd_ops, chunk):
             for t in op.saved:
                 if t.role is Role.ACTIVATION and t in kept_elsewhere:
                     out[t] = self.prop.produced.get(t, {})
         return out
 
-    def activation_bytes(self) -> int:
-        return sum(self.sizes.nbytes(t, layout) for t, layout in self.saved_tensors().items())
+    def activation_bytes(self, chunk: int) -> int:
+        return sum(self.sizes.nbytes(t, layout) for t, layout in self.saved_tensors(chunk).items())
 
     # ------------------------------------------------------------------ all
     def run(self) -> Lowered:
-        prog = self.program()
-        ranks = tuple(range(self.mesh.world_size))
-        flops = dict(prog.flops)
-        flops["total"] = flops["matmul"] + flops["other"]
-        report = ClassReport(ranks, flops, self.memory(), dict(prog.comm), nodes=len(prog.nodes))
-        program = RankProgram(ranks, tuple(prog.nodes), label="stage0")
-        return Lowered([program], [report], set(self.group_keys))
+        self._stage_param_sets = [set(self.stage_params(s)) for s in range(self.stages)]
+        programs, reports = [], []
+        for stage in range(self.stages):
+            prog, peak = self.program(stage)
+            ranks = tuple(r for r in range(self.mesh.world_size) if self.mesh.coord(r, "pp") == stage)
+            flops = dict(prog.flops)
+            flops["total"] = flops["matmul"] + flops["other"]
+            reports.append(ClassReport(ranks, flops, self.memory(stage, peak), dict(prog.comm), nodes=len(prog.nodes)))
+            programs.append(RankProgram(ranks, tuple(prog.nodes), label=f"stage{stage}"))
+        return Lowered(programs, reports, set(self.group_keys))
 
 
-def lower(prop: Propagation, plan: Plan, mesh: Mesh, dims: dict[str, int]) -> Lowered:
-    if plan.pp > 1:
-        raise UsageError("--pp above 1: pipeline parallel lowering is not available yet in this version (use --pp 1)")
-    return Lowerer(prop, plan, mesh, dims).run()
+def lower(prop: Propagation, plan: Plan, mesh: Mesh, dims: dict[str, int], schedule=None) -> Lowered:
+    """Programs and reports per rank class; ``schedule(stages, micro_batches, virtual)`` orders
+    each pipeline stage's steps (default 1F1B)."""
+    return Lowerer(prop, plan, mesh, dims, schedule or one_f_one_b).run()

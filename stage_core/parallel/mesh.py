@@ -6,7 +6,9 @@ along the string.  ep is not a factor of the world size (it is carved out of
 dp×cp), so it takes no place in rank coordinates.
 
 A process group along a *key* (one axis, or several joined by ``+`` such as
-``"cp+dp"``) is the set of ranks that share every coordinate not in the key.
+``"cp+dp"``) is the set of ranks that share every coordinate not in the key.  An
+axis may be restricted to some of its coordinates, ``"pp@0,3"``: the first and last
+pipeline stages (the ranks that hold a tied embedding).
 Group ids are decimal strings from 1, computed from coordinates: the groups of
 the keys in use are numbered key by key (in a fixed order), and within a key by
 the coordinates outside the key, so the same plan always gives the same ids and
@@ -57,17 +59,32 @@ class Mesh:
         return sum(coords.get(a, 0) * self.strides[a] for a in self.order)
 
     # ------------------------------------------------------------------ groups
+    @staticmethod
+    def _parts(key: str) -> list[tuple[str, tuple[int, ...] | None]]:
+        out = []
+        for part in key.split("+"):
+            if not part:
+                continue
+            axis, _, coords = part.partition("@")
+            out.append((axis, tuple(int(c) for c in coords.split(",")) if coords else None))
+        return out
+
     def key_axes(self, key: str) -> list[str]:
-        return [a for a in key.split("+") if a]
+        return [axis for axis, _ in self._parts(key)]
 
     def group_size(self, key: str) -> int:
         n = 1
-        for a in self.key_axes(key):
-            n *= self.degrees[a]
+        for axis, coords in self._parts(key):
+            n *= len(coords) if coords is not None else self.degrees[axis]
         return n
 
     def num_groups(self, key: str) -> int:
-        return self.world_size // self.group_size(key)
+        n = 1
+        inside = set(self.key_axes(key))
+        for a in self.order:
+            if a not in inside:
+                n *= self.degrees[a]
+        return n
 
     def group_index(self, key: str, rank: int) -> int:
         """Index of rank's group among the groups of ``key`` (mixed radix over the other axes)."""
@@ -81,12 +98,13 @@ class Mesh:
         return index
 
     def group_members(self, key: str, rank: int) -> list[int]:
-        inside = [a for a in self.order if a in set(self.key_axes(key))]
+        parts = dict(self._parts(key))
+        inside = [a for a in self.order if a in parts]
         base = rank - sum(self.coord(rank, a) * self.strides[a] for a in inside)
         members = [base]
         for a in inside:
-            step = self.strides[a]
-            members = [m + i * step for i in range(self.degrees[a]) for m in members]
+            coords = parts[a] if parts[a] is not None else range(self.degrees[a])
+            members = [m + i * self.strides[a] for i in coords for m in members]
         return sorted(members)
 
     def peer(self, rank: int, key: str) -> int:
@@ -110,7 +128,8 @@ class GroupTable:
     def __init__(self, mesh: Mesh, keys: Iterable[str]):
         self.mesh = mesh
         order = {a: i for i, a in enumerate(RANK_AXES)}
-        self.keys: list[str] = sorted(set(keys), key=lambda k: (len(k.split("+")), [order[a] for a in k.split("+")]))
+        self.keys: list[str] = sorted(
+            set(keys), key=lambda k: (len(k.split("+")), [order[a.partition("@")[0]] for a in k.split("+")], k))
         self.offset: dict[str, int] = {}
         total = 0
         for k in self.keys:

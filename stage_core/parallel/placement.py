@@ -106,6 +106,7 @@ class ShardedGraph:
     input_layout: dict[Tensor, dict[str, object]] = field(default_factory=dict)
     tag_hints: dict[str, dict[str, object]] = field(default_factory=dict)
     recompute: str = "none"
+    pipeline: tuple[int, int] = (1, 1)  # (stages, virtual stages per rank): layers split into stages*virtual chunks
     applied: list[str] = field(default_factory=list)
 
     def active(self, axis: str) -> bool:

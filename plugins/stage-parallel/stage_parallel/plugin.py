@@ -18,6 +18,9 @@ def stage_strategies():
                      description="Megatron sequence parallel: norms and dropout on s/t, all-gather/reduce-scatter"),
         StrategySpec("zero", "dp", s.validate_zero, s.apply_zero, order=40,
                      description="ZeRO stages 1-3 (3 = FSDP): optimizer, gradients, parameters sharded over dp"),
+        StrategySpec("pp", "pp", s.validate_pp, s.apply_pp, order=60,
+                     description="pipeline parallel: layers split into stages (x virtual stages), activations and "
+                                 "their gradients sent between them, micro-batches ordered by the schedule"),
         StrategySpec("recompute", None, s.validate_recompute, s.apply_recompute, order=50,
                      description="activation recompute: selective (attention core) or full (whole layer)"),
     ]

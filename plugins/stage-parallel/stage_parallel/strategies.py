@@ -110,3 +110,35 @@ def validate_recompute(graph, plan) -> list[str]:
 def apply_recompute(sg: ShardedGraph, mesh, plan) -> ShardedGraph:
     sg.recompute = plan.recompute
     return sg
+
+
+# --------------------------------------------------------------------------- pp
+
+
+def _layers(graph) -> int:
+    return len({op.layer for op in graph.ops if op.layer is not None})
+
+
+def validate_pp(graph, plan) -> list[str]:
+    if plan.pp == 1:
+        return []
+    chunks = plan.pp * plan.virtual_stages
+    layers = _layers(graph)
+    out = []
+    if layers % chunks:
+        valid = [str(d) for d in divisors(layers) if layers % (d * plan.virtual_stages) == 0]
+        what = f"--pp {plan.pp}" + (f" x --virtual-stages {plan.virtual_stages}" if plan.virtual_stages > 1 else "")
+        out.append(f"{what}: the {layers} layers must split into {chunks} equal chunks; valid --pp: "
+                   f"{', '.join(valid)}")
+    if plan.virtual_stages > 1:
+        if plan.schedule != "interleaved":
+            out.append(f"--virtual-stages {plan.virtual_stages} needs --schedule interleaved")
+        elif plan.micro_batches % plan.pp:
+            out.append(f"--micro-batches {plan.micro_batches}: the interleaved schedule needs a multiple of "
+                       f"--pp {plan.pp}")
+    return out
+
+
+def apply_pp(sg: ShardedGraph, mesh, plan) -> ShardedGraph:
+    sg.pipeline = (plan.pp, plan.virtual_stages)  # layers split into pp x virtual chunks, in order
+    return sg
