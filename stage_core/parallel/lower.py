@@ -11,6 +11,7 @@ by axis key and peers by offset; a backend stamps them per rank.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from fractions import Fraction
 from math import prod
 from typing import Iterable
@@ -489,12 +490,15 @@ class Lowerer:
                 for t in op.inputs}
         return [p for p in self.g.params if p in used]
 
+    @cached_property
+    def _held(self) -> list[set[Tensor]]:
+        return [set(self.stage_params(s)) for s in range(self.stages)]
+
     def param_stages(self, p: Tensor) -> list[int]:
-        return [s for s in range(self.stages) if p in self._stage_param_sets[s]]
+        return [s for s in range(self.stages) if p in self._held[s]]
 
     def plan_buckets(self, stage: int) -> list[tuple[list[Tensor], Op]]:
         """A stage's parameters grouped in the order their gradients become final in backward."""
-        ops = [op for c in range(stage, self.chunks, self.stages) for op in self.chunk_ops(self.bwd_ops, c)]
         index = {op: i for i, op in enumerate(self.bwd_ops)}
         final = {p: self.producer[self.g.grads[p]] for p in self.stage_params(stage)}
         order = sorted(final, key=lambda p: index[final[p]])
@@ -508,7 +512,6 @@ class Lowerer:
                 cur, count = [], 0
         if cur:
             buckets.append(cur)
-        assert all(final[b[-1]] in ops for b in buckets)
         return [(b, final[b[-1]]) for b in buckets]
 
     def _dp_axes(self) -> list[str]:
@@ -622,7 +625,6 @@ class Lowerer:
 
     # ------------------------------------------------------------------ all
     def run(self) -> Lowered:
-        self._stage_param_sets = [set(self.stage_params(s)) for s in range(self.stages)]
         programs, reports = [], []
         for stage in range(self.stages):
             prog, peak = self.program(stage)
