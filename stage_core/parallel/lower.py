@@ -213,6 +213,7 @@ class Lowerer:
         self.sizes = Sizes(prop, dims)
         self.group_keys: set[str] = set()
         self._costs: dict[Op, tuple[int, int, int]] = {}
+        self._layout_keys: dict[int, tuple[dict, tuple]] = {}
         self.fwd_ops = [op for op in self.g.ops if op.phase == FORWARD]
         self.bwd_ops = [op for op in self.g.ops if op.phase == BACKWARD]
         self.recompute_set = self._recompute_ops()
@@ -254,6 +255,14 @@ class Lowerer:
         self.group_keys.add(axis)
         return axis
 
+    def lk(self, layout: dict) -> tuple:
+        """layout_key, memoised on the (long-lived) layout dicts of the op plans."""
+        got = self._layout_keys.get(id(layout))
+        if got is None or got[0] is not layout:
+            got = (layout, layout_key(layout))
+            self._layout_keys[id(layout)] = got
+        return got[1]
+
     # ------------------------------------------------------------------ emission
     def emit_op(self, prog: _Program, op: Op, versions: dict, tag: str, gathers: dict, phase: str) -> None:
         plan = self.prop.plan(op)
@@ -262,18 +271,18 @@ class Lowerer:
             self.emit_param_gathers(prog, gathers.pop(op.layer), versions, f"{tag}.{where}")
 
         def deps_of(t: Tensor, layout: dict) -> tuple[int, ...]:
-            return versions.get((t, layout_key(layout)), versions.get((t, None), ()))
+            return versions.get((t, self.lk(layout)), versions.get((t, None), ()))
 
         for r in plan.pre:
             if r.param_gather:
                 continue
             src = deps_of(r.tensor, r.before)
             if r.kind is None:
-                versions[(r.tensor, layout_key(r.after))] = src
+                versions[(r.tensor, self.lk(r.after))] = src
                 continue
             nid = prog.coll(f"{tag}.{op.name}:{_SHORT[r.kind]}.{r.axis}:{r.tensor.name}", r.kind,
                             self.comm_size(r), self.key(r.axis), src)
-            versions[(r.tensor, layout_key(r.after))] = (nid,)
+            versions[(r.tensor, self.lk(r.after))] = (nid,)
 
         deps: list[int] = []
         for t, layout in zip(op.inputs, plan.in_layouts):
@@ -293,17 +302,17 @@ class Lowerer:
                 last = prog.coll(f"{tag}.{op.name}:{_SHORT[kind]}.{axis}", kind, size, self.key(axis), (last,))
             out_deps = (last,)
         for t, layout in zip(op.outputs, plan.out_layouts):
-            versions[(t, layout_key(layout))] = out_deps
+            versions[(t, self.lk(layout))] = out_deps
             versions[(t, None)] = out_deps
         for r in plan.post:
             src = deps_of(r.tensor, r.before)
             if r.kind is None:
-                versions[(r.tensor, layout_key(r.after))] = src
+                versions[(r.tensor, self.lk(r.after))] = src
             else:
                 nid = prog.coll(f"{tag}.{op.name}:{_SHORT[r.kind]}.{r.axis}", r.kind, self.comm_size(r),
                                 self.key(r.axis), src)
-                versions[(r.tensor, layout_key(r.after))] = (nid,)
-            versions[(r.tensor, None)] = versions[(r.tensor, layout_key(r.after))]
+                versions[(r.tensor, self.lk(r.after))] = (nid,)
+            versions[(r.tensor, None)] = versions[(r.tensor, self.lk(r.after))]
 
     def emit_param_gathers(self, prog: _Program, gathers: list[Redistribute], versions: dict, name: str):
         """FSDP: one all-gather of all of a layer's parameters per axis, before the layer runs."""
@@ -314,7 +323,7 @@ class Lowerer:
             size = sum(self.sizes.nbytes(r.tensor, r.before) for r in rs)
             nid = prog.coll(f"{name}:all_gather.{axis}:params", CollectiveType.ALL_GATHER, size, self.key(axis), ())
             for r in rs:
-                versions[(r.tensor, layout_key(r.after))] = (nid,)
+                versions[(r.tensor, self.lk(r.after))] = (nid,)
 
     def layer_gathers(self, fwd_ops: list[Op]) -> dict:
         """FSDP units: per layer (None = outside the layers), the gathers of every
@@ -421,7 +430,7 @@ class Lowerer:
                     rid = prog.p2p(f"{tag}.{'fwd' if ph == 'F' else 'bwd'}:recv:{t.name}", NodeType.COMM_RECV,
                                    self.sizes.nbytes(t, self.prop.produced.get(t, {})),
                                    self.peer_key(src, dst, False), 1 + m * len(self.crossings) + index[x], ())
-                    versions[(t, layout_key(self.prop.produced.get(t, {})))] = (rid,)
+                    versions[(t, self.lk(self.prop.produced.get(t, {})))] = (rid,)
                     versions[(t, None)] = (rid,)
             if kind == "F":
                 gathers = self.layer_gathers(self.chunk_ops(self.fwd_ops, c))
@@ -456,7 +465,7 @@ class Lowerer:
             for x in self.crossings:
                 t, src, dst, ph = x
                 if src == c and ph == phase:
-                    deps = versions.get((t, layout_key(self.prop.produced.get(t, {}))), versions.get((t, None), ()))
+                    deps = versions.get((t, self.lk(self.prop.produced.get(t, {}))), versions.get((t, None), ()))
                     prog.p2p(f"{tag}.{'fwd' if ph == 'F' else 'bwd'}:send:{t.name}", NodeType.COMM_SEND,
                              self.sizes.nbytes(t, self.prop.produced.get(t, {})),
                              self.peer_key(src, dst, True), 1 + m * len(self.crossings) + index[x], deps)
@@ -475,7 +484,7 @@ class Lowerer:
             deps = [nid]
         out = op.outputs[0]
         versions[(out, None)] = tuple(deps)
-        versions[(out, layout_key(self.prop.plan(op).out_layouts[0]))] = tuple(deps)
+        versions[(out, self.lk(self.prop.plan(op).out_layouts[0]))] = tuple(deps)
 
     # ------------------------------------------------------------------ gradient sync and optimizer
     def bucket_size(self) -> int:
