@@ -14,9 +14,12 @@ topological sort.
 With ``--chakra`` the same set (ids in dependency order) is also written as Chakra
 ET files, one per rank, and read back the way ``stage generate`` checks what it
 wrote: once only reading (``iter_ranks`` over every file), once reading and
-validating.
+validating.  Every pipeline stage after the first starts with a receive, so the first
+record of its files differs from rank to rank.  ``--order pp-tp-dp`` numbers the
+ranks pp first, so that the four rank classes interleave in rank order.
 
     /work/venv/bin/python benchmarks/bench_validate.py [--forward-only] [--chakra]
+        [--order {tp-dp-pp,pp-tp-dp}]
 """
 
 from __future__ import annotations
@@ -37,8 +40,26 @@ BLOCKS = 60
 NODES_PER_RANK = 4000
 
 
+ORDER = "tp-dp-pp"  # or "pp-tp-dp"; set by --order
+
+
 def coords(rank: int) -> tuple[int, int, int]:
+    """(tp, dp, pp) coordinates of ``rank``."""
+    if ORDER == "pp-tp-dp":
+        return rank // PP % TP, rank // (PP * TP), rank % PP
     return rank % TP, rank // TP % DP, rank // (TP * DP)
+
+
+def rank_at(tp: int, dp: int, pp: int) -> int:
+    if ORDER == "pp-tp-dp":
+        return pp + PP * (tp + TP * dp)
+    return tp + TP * (dp + DP * pp)
+
+
+def peer(rank: int, step: int) -> int:
+    """The rank ``step`` pipeline stages after ``rank``."""
+    tp, dp, pp = coords(rank)
+    return rank_at(tp, dp, pp + step)
 
 
 def comm_groups() -> dict[str, list[int]]:
@@ -82,8 +103,8 @@ def attrs_comm(kind: str, rank: int, extra, tp_pg: str, dp_pg: str) -> tuple[int
         base.update(comm_type=("int64_val", int(CollectiveType.ALL_REDUCE)),
                     comm_size=("int64_val", 1 << 20), pg_name=("string_val", pg))
         return NodeType.COMM_COLL, base
-    peer = rank + TP * DP if kind == "send" else rank - TP * DP
-    base.update({"comm_dst" if kind == "send" else "comm_src": ("int64_val", peer),
+    other = peer(rank, 1 if kind == "send" else -1)
+    base.update({"comm_dst" if kind == "send" else "comm_src": ("int64_val", other),
                  "comm_tag": ("int64_val", extra), "comm_size": ("int64_val", 1 << 22)})
     return (NodeType.COMM_SEND if kind == "send" else NodeType.COMM_RECV), base
 
@@ -163,7 +184,7 @@ def job() -> TraceJob:
         return group_of(groups, rank, 1 if key == "tp" else 33)
 
     def peer_rank(rank: int, key: str) -> int:
-        return rank + TP * DP if key == "pp+1" else rank - TP * DP
+        return peer(rank, 1 if key == "pp+1" else -1)
 
     return TraceJob(programs=tuple(program(s) for s in range(PP)), world_size=TP * DP * PP,
                     comm_groups=groups, group_name=group_name, peer_rank=peer_rank,
@@ -205,7 +226,10 @@ def main() -> None:
                         help="skip the run with reversed ids")
     parser.add_argument("--chakra", action="store_true",
                         help="also write the set as Chakra ET files and time reading them")
+    parser.add_argument("--order", choices=["tp-dp-pp", "pp-tp-dp"], default=ORDER,
+                        help="rank numbering, fastest-varying axis first")
     args = parser.parse_args()
+    globals()["ORDER"] = args.order
     measure(reverse_ids=False)
     if not args.forward_only:
         measure(reverse_ids=True)

@@ -22,12 +22,14 @@ rank, on its own values.
 
 from __future__ import annotations
 
+import gc
 import heapq
 from collections import Counter, defaultdict
-from dataclasses import dataclass
-from itertools import compress, repeat
-from operator import attrgetter, eq, itemgetter, lt, methodcaller
-from typing import Iterable, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from itertools import compress, count, repeat
+from operator import attrgetter, eq, is_, is_not, itemgetter, lt, methodcaller
+from typing import Iterable, Iterator, Mapping, Sequence
 
 from .errors import TraceError
 from .trace import CollectiveType, NodeType, TraceNode, TraceSet
@@ -141,7 +143,34 @@ def validate(trace_set: TraceSet, max_problems: int = 50) -> list[Problem]:
 
     When more were found, a last problem (rank None) says how many were left out.
     An empty list means the set is fit for ASTRA-sim.
+
+    Python's cyclic garbage collector is paused meanwhile (see :func:`_paused_gc`).
     """
+    with _paused_gc():
+        return _validate(trace_set, max_problems)
+
+
+@contextmanager
+def _paused_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector, if it runs, for the duration.
+
+    Reading and checking a set makes and drops millions of objects, none in
+    reference cycles, while the decoded nodes shared between ranks stay alive: the
+    collector would traverse all of them again and again (about a third of the time
+    on a set of a million nodes or more) and free nothing.  Reference counting still
+    frees everything as usual; the collector runs again afterwards.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _validate(trace_set: TraceSet, max_problems: int) -> list[Problem]:
     out = _Problems(max_problems)
     groups = _check_groups(trace_set, out)
     summaries: dict[int, _RankSummary] = {}
@@ -206,18 +235,14 @@ def _check_rank_number(rank: int, world_size: int, seen: Mapping, out: _Problems
 # replayed for each rank of that shape; the rank part always runs on every comm node
 # of every rank.
 #
-# A shape is identified by a signature with one integer per node:
-#  * a node of any other type than COMM_COLL / COMM_SEND / COMM_RECV stands for itself:
-#    its key is its object id.  The first node list of each cached shape is kept, so
-#    the ids it holds cannot be reused by other objects while the shape is cached;
-#    equal ids therefore mean the same object, and TraceNodes are immutable.
-#  * a comm node stands for its content minus the values of RANK_VALUES: id, name,
-#    type, dependencies and every attribute (name, kind, value), with the Python
-#    type of each so that, say, True and 1 are told apart.  Equal content gets the
-#    same interned number, which is never reused for other content.  A comm node
-#    whose content has a float or an unhashable value stands for itself instead.
-# Two ranks with the same signature thus give the structural checks identical input.
-# Memory stays bounded (see _Shapes); forgetting a shape or a key only costs time.
+# Two node lists have the same shape when they are as long and, position by
+# position, hold either the very same node object (TraceNodes are immutable) or two
+# comm nodes (COMM_COLL / COMM_SEND / COMM_RECV) of equal content minus the values of
+# RANK_VALUES: id, name, type, dependencies and every attribute (name, kind, value),
+# with the Python type of each so that, say, True and 1 are told apart.  A comm node
+# with a value of another type than int, bool, str or bytes is the same only as
+# itself.  Two ranks of one shape thus give the structural checks identical input.
+# Memory stays bounded (see _Shapes); forgetting a shape only costs time.
 
 #: attributes whose values differ between the ranks of a rank class; only the rank
 #: part of the checks reads them
@@ -281,11 +306,11 @@ class _Recorder:
 
 @dataclass(slots=True)
 class _Shape:
-    """The structural result for every rank whose nodes have one signature."""
+    """The structural result for every rank whose nodes are the same, up to
+    RANK_VALUES, as ``nodes`` (see :class:`_Shapes`)."""
 
-    # the first node list seen with this signature: keeps the nodes whose object ids
-    # the signature holds alive
-    nodes: tuple[TraceNode, ...]
+    # the node list of the last rank found to have this shape
+    nodes: list[TraceNode] | tuple[TraceNode, ...]
     problems: list[tuple[int, int | None, str, str]]  # as _Recorder.items
     dropped: int  # structural problems beyond the recorder's limit
     # (position, node type, (comm_type, comm_size) or None) of each comm node, in order
@@ -297,91 +322,120 @@ class _Shape:
     ids_ascending: bool  # the collectives' ids strictly increase with their position
     # (position, node type) of the sends and receives
     peers: list[tuple[int, int]]
+    # position -> _comm_content of the node at that position of ``nodes`` (and of
+    # every node list of this shape), for the positions compared so far
+    contents: dict[int, tuple] = field(default_factory=dict)
+    # the positions where ``nodes`` hold other objects than the node list of this
+    # shape before them; None when unknown (``nodes`` are the first)
+    changed: list[int] | None = None
+    # the pg_name of each collective of ``nodes`` (see _all_members), None if unread
+    pg_names: list | None = None
+    coll_index: dict[int, int] | None = None  # position -> index in ``colls``
 
 
 class _Shapes:
-    """Structural results by signature, for one :func:`validate` call.
+    """Structural results by shape, for one :func:`validate` call.
+
+    A rank has the shape of the node list ``nodes`` of a cached :class:`_Shape`
+    when its node list has the same length and, at every position, either the very
+    same node object (TraceNodes are immutable), or two comm nodes of equal
+    :func:`_comm_content`.  The object comparison runs in C; only the nodes that
+    are other objects are compared in Python, and the content of the cached side is
+    kept per position.  The rank's list then becomes the shape's ``nodes`` (the next
+    rank of the class is likeliest to share its objects).
 
     Bounded: at most MAX_SHAPES shapes holding MAX_HELD nodes together (the newest
-    is always kept), and MAX_KEYS memoized node keys.  Forgetting costs only speed.
+    is always kept), and the contents of MAX_MEMO node objects.  Forgetting costs
+    only speed.
     """
 
     MAX_SHAPES = 16
     MAX_HELD = 1 << 18
-    MAX_KEYS = 1 << 16
+    MAX_MEMO = 1 << 16
 
     def __init__(self, limit: int):
         self.limit = limit
-        self.shapes: dict[tuple[int, ...], _Shape] = {}
-        self.held = 0
-        # id(node) -> key, for the nodes in ``alive`` (which keeps those ids theirs)
-        self.keys: dict[int, int] = {}
-        self.alive: list[TraceNode] = []
-        # comm node content -> its number (negative, so never an object id)
-        self.interned: dict[tuple, int] = {}
-        self.numbered = 0
+        self.shapes: list[_Shape] = []  # most recently used first
+        self.memo: dict[int, tuple] = {}  # see _same_shape
 
     def shape(self, nodes: list[TraceNode]) -> _Shape:
-        signature = self._signature(nodes)
-        found = self.shapes.get(signature)
-        if found is not None:
-            if len(self.shapes) > 1:  # most recently used last
-                self.shapes[signature] = self.shapes.pop(signature)
-            return found
+        if len(self.memo) > self.MAX_MEMO:
+            self.memo.clear()
+        shapes = self.shapes
+        for k, found in enumerate(shapes):
+            if len(found.nodes) != len(nodes):
+                continue
+            changed = _same_shape(found, nodes, self.memo)
+            if changed is not None:
+                found.nodes = tuple(nodes)  # (a reader may reuse its lists)
+                found.changed = changed
+                if k:
+                    shapes.insert(0, shapes.pop(k))
+                return found
         found = _structure(tuple(nodes), self.limit)
-        self.shapes[signature] = found
-        self.held += len(found.nodes)
-        while len(self.shapes) > 1 and (len(self.shapes) > self.MAX_SHAPES
-                                        or self.held > self.MAX_HELD):
-            oldest = next(iter(self.shapes))
-            self.held -= len(self.shapes.pop(oldest).nodes)
+        shapes.insert(0, found)
+        held = 0
+        for k, kept in enumerate(shapes):
+            held += len(kept.nodes)
+            if k and (k >= self.MAX_SHAPES or held > self.MAX_HELD):
+                del shapes[k:]
+                break
         return found
 
-    def _signature(self, nodes: list[TraceNode]) -> tuple[int, ...]:
-        if len(self.keys) > self.MAX_KEYS:
-            self.keys.clear()
-            self.alive.clear()
-        if len(self.interned) > self.MAX_KEYS:
-            self.interned.clear()  # numbers are never handed out twice: see _key
-        ids = list(map(id, nodes))
-        keys = list(map(self.keys.get, ids))
-        if None in keys:
-            memo = self.keys
-            for pos in [pos for pos, key in enumerate(keys) if key is None]:
-                node_id = ids[pos]
-                key = memo.get(node_id)
-                if key is None:
-                    key = memo[node_id] = self._key(nodes[pos], node_id)
-                    self.alive.append(nodes[pos])
-                keys[pos] = key
-        return tuple(keys)
 
-    def _key(self, node: TraceNode, node_id: int) -> int:
-        try:
-            if node.type not in _COMM_TYPES:
-                return node_id
-            content = _comm_content(node)
-            number = self.interned.get(content)
-            if number is None:
-                self.numbered += 1
-                number = self.interned[content] = -self.numbered
-            return number
-        except (TypeError, ValueError, AttributeError, IndexError, KeyError):
-            return node_id  # odd content: the node stands for itself
+def _same_shape(shape: _Shape, nodes: list[TraceNode], memo: dict) -> list[int] | None:
+    """The positions where ``nodes`` (as long as ``shape.nodes``) hold other objects
+    than ``shape.nodes`` if ``nodes`` have ``shape`` (see _Shapes), else None.
+
+    ``memo``: id(node) -> (node, its content or None), the node kept so that its id
+    is not reused while the entry exists.
+    """
+    known = shape.nodes
+    changed = list(compress(count(), map(is_not, nodes, known)))
+    if not changed:
+        return changed
+    contents = shape.contents
+    theirs = list(map(contents.get, changed))
+    if None in theirs:
+        for k in compress(count(), map(is_, theirs, repeat(None))):
+            pos = changed[k]
+            content = _content_or_none(known[pos])
+            if content is None:
+                return None  # (another node of any other type: another shape)
+            theirs[k] = contents[pos] = content
+    mine = list(map(nodes.__getitem__, changed))
+    # an entry keeps its node alive, so the id of a live node that has one is its own
+    got = list(map(memo.get, map(id, mine)))
+    for k in compress(count(), map(is_, got, repeat(None))):
+        node = mine[k]
+        got[k] = memo[id(node)] = (node, _content_or_none(node))
+    return changed if all(map(eq, map(_VALUE, got), theirs)) else None
+
+
+def _content_or_none(node: TraceNode) -> tuple | None:
+    """:func:`_comm_content` of a comm node; None for any other node, or when the
+    node stands for itself only."""
+    try:
+        if node.type not in _COMM_TYPES:
+            return None
+        return _comm_content(node)
+    except (TypeError, ValueError, AttributeError, IndexError, KeyError):
+        return None
 
 
 def _comm_content(node: TraceNode) -> tuple:
     """Everything the structural checks can read of a comm node (see above).
 
-    Each value comes with its type, so that True differs from 1 and 1.0 (equal, but
-    checked differently).  A float value raises TypeError (-0.0 equals 0.0 but prints
-    otherwise): such a node then stands for itself, as do unhashable values.
+    Each value comes with its type, so that True differs from 1 (equal, but checked
+    differently).  Values other than int, bool, str and bytes raise TypeError (a
+    float -0.0 equals 0.0 but prints otherwise; a list is mutable): such a node
+    then stands for itself.
     """
     attrs = []
     for name, got in node.attrs.items():
         kind = type(got[1])
-        if kind is float:
-            raise TypeError("float attribute")
+        if kind not in _PLAIN:
+            raise TypeError(f"{kind.__name__} attribute")
         attrs.append((name, got[0], kind, _MASKED if name in RANK_VALUES else got[1]))
     nid, data, ctrl = node.id, tuple(node.data_deps), tuple(node.ctrl_deps)
     types = (type(nid), type(node.name), type(node.type), *map(type, data), *map(type, ctrl))
@@ -390,6 +444,7 @@ def _comm_content(node: TraceNode) -> tuple:
     return nid, node.name, node.type, data, ctrl, tuple(attrs), types
 
 
+_PLAIN = frozenset({int, bool, str, bytes})
 _MASKED = object()  # stands for a value of RANK_VALUES in a node's content
 _VALUE = itemgetter(1)
 
@@ -429,20 +484,38 @@ def _all_members(rank: int, nodes: list[TraceNode], shape: _Shape,
     When every collective's pg_name is a string naming a group the rank is in, and
     every comm_type and comm_size is a number, no collective has a problem and the
     result is the summary's collective columns (sorted).  Otherwise None.
+
+    The pg_names are read from the nodes at the positions ``shape.changed`` only
+    when those of the previous node list of the shape are known: every other
+    position holds the very node object they were read from.
     """
     if not shape.colls:
         return ((),) * 5
     if shape.coll_columns is None:
         return None
+    previous, changed = shape.pg_names, shape.changed
+    shape.pg_names = None
     try:
-        pg_names = list(map(_VALUE, map(_PG_NAME, map(_ATTRS, map(nodes.__getitem__,
-                                                                   shape.colls)))))
-        for pg_name in set(pg_names):
-            members = groups.get(pg_name) if isinstance(pg_name, str) else None
-            if members is None or rank not in members:
-                return None
+        if previous is None or changed is None:
+            pg_names = list(map(_VALUE, map(_PG_NAME, map(_ATTRS, map(nodes.__getitem__,
+                                                                       shape.colls)))))
+        else:
+            pg_names = previous.copy()
+            index = shape.coll_index
+            if index is None:
+                index = shape.coll_index = {pos: k for k, pos in enumerate(shape.colls)}
+            for pos in changed:
+                k = index.get(pos)
+                if k is not None:
+                    pg_names[k] = nodes[pos].attrs.get("pg_name")[1]
+        distinct = set(pg_names)
     except (TypeError, IndexError, KeyError):  # pg_name missing or an odd value
         return None
+    shape.pg_names = pg_names
+    for pg_name in distinct:
+        members = groups.get(pg_name) if isinstance(pg_name, str) else None
+        if members is None or rank not in members:
+            return None
     ids, comm_types, comm_sizes, names = shape.coll_columns
     if shape.ids_ascending:  # sorted already
         return ids, pg_names, comm_types, comm_sizes, names
@@ -684,47 +757,53 @@ def _check_collectives(groups: Mapping[str, frozenset[int]],
     A first pass finds out whether anything is wrong, at the cost of a few passes in
     C over each rank's collectives: each member's (type, size) sequence on a group
     is numbered (equal sequences, equal numbers), and the order graph is proved
-    acyclic from node ids (see below).  Only a group whose members' numbers differ,
-    or an order graph that may have a cycle, is then examined in full by
-    :func:`_check_sequences` / :func:`_check_collective_order`, which name the
-    defects exactly as a full examination of every group would.
+    acyclic through a small quotient of it (see below).  Only a group whose members'
+    numbers differ, or an order graph that may have a cycle, is then examined in
+    full by :func:`_check_sequences` / :func:`_check_collective_order`, which name
+    the defects exactly as a full examination of every group would.
     """
     numbered: dict[tuple, int] = {((), ()): 0}  # (types, sizes) -> its number
     per_group: dict[str, dict[int, int]] = {}  # pg_name -> rank -> sequence number
-    labels: dict[str, tuple] = {}  # pg_name -> node id of each of its collectives
-    ordered = True  # see below
+    chains: dict[tuple, int] = {}  # a rank's collective ids -> its chain number
+    # pg_name -> (chain, positions of its collectives) of its member with the most
+    labels: dict[str, tuple[int, list[int]]] = {}
+    slots = _Slots()
     for rank, summary in summaries.items():
-        ids = summary.ids
+        chain = chains.setdefault(tuple(summary.ids), len(chains))
         for pg, where in _positions_by_group(summary.pg_names).items():
             seq = (tuple(map(summary.comm_types.__getitem__, where)),
                    tuple(map(summary.comm_sizes.__getitem__, where)))
             per_group.setdefault(pg, {})[rank] = numbered.setdefault(seq, len(numbered))
-            if ordered:
-                mine = tuple(map(ids.__getitem__, where))
-                known = labels.setdefault(pg, mine)
-                if known[:len(mine)] != mine[:len(known)]:
-                    ordered = False
-                elif len(mine) > len(known):
-                    labels[pg] = mine
-        if ordered:
-            try:
-                ordered = all(map(lt, ids, ids[1:]))
-            except TypeError:
-                ordered = False
+            known = labels.setdefault(pg, (chain, where))
+            if known[0] != chain or known[1] != where:
+                slots.join(known, (chain, where))
+                if len(where) > len(known[1]):
+                    labels[pg] = (chain, where)
     for pg, by_rank in per_group.items():
         members = [m for m in sorted(groups[pg]) if m in summaries]
         if len({by_rank.get(m, 0) for m in members}) > 1:
             _check_sequences(pg, members, summaries, out)
-    # The order graph has a vertex (pg_name, k) for the k-th collective on a group and
-    # an edge from each collective of a rank to its next one.  When collective k of
-    # every group has the same node id on every member (ordered), label each vertex
-    # with that id: each rank's ids strictly increase, so every edge goes to a higher
-    # label and there is no cycle.  Otherwise Kahn's algorithm decides, and a cycle is
-    # then named by _check_collective_order.
-    if ordered:
+    # The order graph G has a vertex (pg_name, k) for the k-th collective on a group
+    # and an edge from each collective of a rank to its next one.  Ranks with the
+    # same collective ids share a chain of slots (chain, 0), (chain, 1), ... with an
+    # edge from each slot to the next; the k-th collective on a group sits, on each
+    # member, in the slot of its position, and the slots of all members of (pg, k)
+    # are joined into one vertex of a quotient graph Q.  Mapping each vertex of G to
+    # its joined slots maps every edge of G to an edge of Q, so a cycle of G would
+    # give one of Q: when Q has none, G has none.  Usually no slots are joined (the
+    # members of every group run one program) and Q is a set of paths; otherwise Q
+    # is about as small as the programs, and Kahn's algorithm decides.  If Q may have
+    # a cycle, G is examined in full, and a cycle named by _check_collective_order.
+    if not slots.joined:
+        return
+    edges: set[tuple] = set()
+    for ids, chain in chains.items():
+        vertices = [slots.find((chain, pos)) for pos in range(len(ids))]
+        edges.update(zip(vertices, vertices[1:]))
+    if not _kahn_leftover(edges)[0]:
         return
     number: dict[str, int] = {}  # pg_name -> number of its collective #0
-    edges: set[tuple[int, int]] = set()
+    edges = set()
     for summary in summaries.values():
         seen: Counter = Counter()
         vertices = []
@@ -734,6 +813,36 @@ def _check_collectives(groups: Mapping[str, frozenset[int]],
         edges.update(zip(vertices, vertices[1:]))
     if _kahn_leftover(edges)[0]:
         _check_collective_order(_issue_order(summaries), out)
+
+
+class _Slots:
+    """Union-find over the slots (chain, position) of :func:`_check_collectives`."""
+
+    def __init__(self) -> None:
+        self.parent: dict[tuple[int, int], tuple[int, int]] = {}
+        self.joined: set[tuple] = set()  # the (chain, positions) pairs joined so far
+
+    def join(self, a: tuple[int, list[int]], b: tuple[int, list[int]]) -> None:
+        """Join the slots of the k-th positions of ``a`` and ``b``, for each k."""
+        key = (a[0], tuple(a[1]), b[0], tuple(b[1]))
+        if key in self.joined:
+            return
+        self.joined.add(key)
+        for pos_a, pos_b in zip(a[1], b[1]):
+            root_a, root_b = self.find((a[0], pos_a)), self.find((b[0], pos_b))
+            if root_a != root_b:
+                self.parent[root_a] = root_b
+
+    def find(self, slot: tuple[int, int]) -> tuple[int, int]:
+        parent = self.parent
+        while True:
+            up = parent.get(slot)
+            if up is None:
+                return slot
+            top = parent.get(up)
+            if top is None:
+                return up
+            parent[slot] = slot = top  # path halving
 
 
 def _positions_by_group(pg_names: Sequence[str]) -> dict[str, list[int]]:

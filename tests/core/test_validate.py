@@ -696,8 +696,9 @@ def reference(trace_set, max_problems, monkeypatch):
         return validate(trace_set, max_problems)
 
 
-def _mutate(rng: random.Random, ranks: dict) -> dict:
-    rank = rng.randrange(8)
+def _mutate(rng: random.Random, ranks: dict, groups=CLASS_GROUPS) -> dict:
+    world = len(ranks)
+    rank = rng.randrange(world)
     n = rng.choice(ranks[rank])
     nid, kind = n.id, n.type
     choices = [
@@ -718,14 +719,15 @@ def _mutate(rng: random.Random, ranks: dict) -> dict:
         choices += [{"attrs": {"comm_size": ("uint64_val", 4096)}},
                     {"attrs": {"comm_size": ("int64_val", rng.choice([0, 1, True, 99]))}}]
     if kind == NodeType.COMM_COLL:
-        choices += [{"attrs": {"pg_name": ("string_val", rng.choice(list(CLASS_GROUPS)
+        choices += [{"attrs": {"pg_name": ("string_val", rng.choice(list(groups)
                                                                      + ["77"]))}},
                     {"attrs": {"pg_name": ("int64_val", 1)}},
                     {"attrs": {"comm_type": ("int64_val", rng.choice([0, 1, 2, 7, 9]))}},
                     {"id": 11 - nid}]  # swap the order of two collectives
     if kind in (NodeType.COMM_SEND, NodeType.COMM_RECV):
         peer = "comm_dst" if kind == NodeType.COMM_SEND else "comm_src"
-        choices += [{"attrs": {peer: ("int32_val", rng.choice([rank, 8, (rank + 4) % 8,
+        choices += [{"attrs": {peer: ("int32_val", rng.choice([rank, world,
+                                                                 (rank + 4) % world,
                                                                  rank ^ 1]))}},
                     {"attrs": {"comm_tag": ("int64_val", 10)}}]
     return replaced(ranks, rank, n, **copy.deepcopy(rng.choice(choices)))
@@ -759,7 +761,7 @@ def test_tiny_bounds_change_nothing(monkeypatch):
     want = [validate(class_set(ranks)) for ranks in sets]
     monkeypatch.setattr(validate_module._Shapes, "MAX_SHAPES", 1)
     monkeypatch.setattr(validate_module._Shapes, "MAX_HELD", 1)
-    monkeypatch.setattr(validate_module._Shapes, "MAX_KEYS", 1)
+    monkeypatch.setattr(validate_module._Shapes, "MAX_MEMO", 0)
     assert [validate(class_set(ranks)) for ranks in sets] == want
 
 
@@ -773,3 +775,133 @@ def test_counts_beyond_max_problems_include_replayed_and_rank_problems(monkeypat
         got = validate(class_set(ranks), limit)
         assert got == reference(class_set(ranks), limit, monkeypatch), limit
     assert len(validate(class_set(ranks), 1000)) == 4 * 3
+
+
+# --------------------------------------------------------------------------- pipelines
+#
+# A pipelined set: 12 ranks, tp2 x dp2 x pp3 (rank = t + 2d + 4s), one rank class per
+# stage.  Stages 1 and 2 start with a receive from the previous stage.  Groups: tp
+# "1".."6" (1 + 2s + d), dp "11".."16" (11 + 2s + t), and the embedding groups
+# "21".."24" = {r, r + 8} of the first and the last stage, where the embedding
+# all-reduce sits at other positions (and node ids) in the two programs.
+
+PIPE_GROUPS = {
+    **{str(1 + 2 * s + d): [t + 2 * d + 4 * s for t in range(2)]
+       for s in range(3) for d in range(2)},
+    **{str(11 + 2 * s + t): [t + 2 * d + 4 * s for d in range(2)]
+       for s in range(3) for t in range(2)},
+    **{str(21 + r): [r, r + 8] for r in range(4)},
+}
+CROSSED_GROUPS = {**PIPE_GROUPS, **{str(31 + r): [r, r + 8] for r in range(4)}}
+
+
+def pipe_ranks(crossed: bool = False) -> dict[int, list[TraceNode]]:
+    """The pipelined set; ``crossed``: stages 0 and 2 also share groups "31".."34",
+    issued after the embedding all-reduce on stage 0 and before it on stage 2 (a
+    deadlock)."""
+    shared = {s: {} for s in range(3)}
+
+    def c(s, i, **kw):  # a compute node shared by the whole stage
+        return shared[s].setdefault(i, comp(i, deps=[i - 1] if i else [],
+                                            num_ops=10 * (i + 1) + s, **kw))
+
+    ranks = {}
+    for r in range(12):
+        t, d, s = r % 2, r // 2 % 2, r // 4
+        tp, dp, emb, emb2 = (str(1 + 2 * s + d), str(11 + 2 * s + t), str(21 + t + 2 * d),
+                             str(31 + t + 2 * d))
+        if s == 0:
+            mine = [c(0, 0), coll(1, tp, deps=[0]), c(0, 2), send(3, r + 4, tag=1, deps=[2]),
+                    c(0, 4), coll(5, tp, deps=[4]), c(0, 6), send(7, r + 4, tag=2, deps=[6]),
+                    coll(8, emb, size=1 << 20, deps=[7]), coll(9, dp, CT.ALL_GATHER, deps=[8]),
+                    c(0, 10)]
+            if crossed:
+                mine.insert(9, coll(11, emb2, size=64, deps=[8]))
+        elif s == 1:
+            mine = [recv(0, r - 4, tag=1), c(1, 1), coll(2, tp, deps=[1]), c(1, 3),
+                    send(4, r + 4, tag=1, deps=[3]), recv(5, r - 4, tag=2, deps=[4]),
+                    c(1, 6), coll(7, tp, deps=[6]), send(8, r + 4, tag=2, deps=[7]),
+                    coll(9, dp, CT.ALL_GATHER, deps=[8]), c(1, 10)]
+        else:
+            mine = [recv(0, r - 4, tag=1), c(2, 1), coll(2, emb, size=1 << 20, deps=[1]),
+                    coll(3, tp, deps=[2]), recv(4, r - 4, tag=2, deps=[3]), c(2, 5),
+                    coll(6, tp, deps=[5]), c(2, 7), coll(8, dp, CT.ALL_GATHER, deps=[7]),
+                    c(2, 9)]
+            if crossed:  # the embedding all-reduce moves last, "3x" takes its place
+                mine[2] = coll(2, emb2, size=64, deps=[1])
+                mine.append(coll(10, emb, size=1 << 20, deps=[9]))
+        ranks[r] = mine
+    return ranks
+
+
+def pipe_set(ranks, groups=PIPE_GROUPS) -> TraceSet:
+    return make(ranks, groups, world_size=12)
+
+
+@pytest.fixture
+def order_graphs(monkeypatch):
+    """Sizes of the graphs _kahn_leftover is given, and the calls to _issue_order."""
+    calls = {"kahn": [], "issue_order": 0}
+    kahn, issue = validate_module._kahn_leftover, validate_module._issue_order
+
+    def counted_kahn(edges):
+        edges = list(edges) if not isinstance(edges, dict) else edges
+        calls["kahn"].append(len(edges))
+        return kahn(edges)
+
+    def counted_issue(summaries):
+        calls["issue_order"] += 1
+        return issue(summaries)
+    monkeypatch.setattr(validate_module, "_kahn_leftover", counted_kahn)
+    monkeypatch.setattr(validate_module, "_issue_order", counted_issue)
+    return calls
+
+
+def test_pipeline_set_is_checked_once_per_stage(structure_calls, order_graphs):
+    assert validate(pipe_set(pipe_ranks())) == []
+    assert structure_calls == [11, 11, 10]
+    # the embedding groups join stage 0's and stage 2's chains of collectives: the
+    # order is proved acyclic on that quotient (one edge per pair of consecutive
+    # collectives of a stage), never on the graph of every group's collectives
+    assert order_graphs == {"kahn": [3 + 2 + 3], "issue_order": 0}
+
+
+def test_single_class_needs_no_order_graph(order_graphs):
+    assert validate(class_set(class_ranks())) == []
+    assert order_graphs == {"kahn": [], "issue_order": 0}
+
+
+def test_deadlock_across_pipeline_stages_is_named(order_graphs, monkeypatch):
+    ranks = pipe_ranks(crossed=True)
+    problems = validate(pipe_set(ranks, CROSSED_GROUPS))
+    assert problems == reference(pipe_set(ranks, CROSSED_GROUPS), 50, monkeypatch)
+    assert [(p.rank, p.node_id) for p in problems] == [(0, 9)]
+    assert problems[0].reason.startswith(
+        "collectives deadlock, their order differs between ranks: rank 0 issues node 9 "
+        "(collective #0 on group '11') before node 11 (collective #0 on group '31'); "
+        "rank 8 issues node 2 (collective #0 on group '31') before node 3")
+    assert order_graphs["issue_order"] == 2  # here and in the reference
+
+
+@pytest.mark.parametrize("rank", [5, 6])
+def test_damaged_node_of_a_middle_stage_is_reported_for_that_rank(rank, structure_calls):
+    ranks = replaced(pipe_ranks(), rank, 3, attrs={"tensor_size": ("uint64_val", 0)})
+    ranks = replaced(ranks, rank, 7, attrs={"is_cpu_op": ("bool_val", True)})
+    assert validate(pipe_set(ranks)) == [
+        Problem(rank, 3, "comp3", "tensor_size is 0, expected > 0"),
+        Problem(rank, 7, "coll7", "is_cpu_op is true, expected false on a comm node")]
+    assert len(structure_calls) == 4  # the damaged rank is checked on its own
+
+
+def test_pipeline_reuse_reports_exactly_what_checking_every_rank_reports(monkeypatch):
+    rng = random.Random(23)
+    for trial in range(200):
+        crossed = rng.random() < 0.3
+        groups = CROSSED_GROUPS if crossed else PIPE_GROUPS
+        ranks = pipe_ranks(crossed)
+        for _ in range(rng.choice([1, 1, 2, 3])):
+            ranks = _mutate(rng, ranks, groups)
+        for limit in (2, 50):
+            got = validate(pipe_set(ranks, groups), limit)
+            assert got == reference(pipe_set(ranks, groups), limit, monkeypatch), (
+                trial, limit)
