@@ -51,10 +51,6 @@ def names_in(e: Expr) -> set[str]:
     return {s.name for s in expr(e).free_symbols}
 
 
-def simplify(e: Expr) -> Expr:
-    return sp.simplify(e)
-
-
 def equal(a, b) -> bool:
     return sp.simplify(expr(a) - expr(b)) == 0
 

@@ -106,8 +106,5 @@ class Graph:
     def param_count(self):
         return sum((p.numel for p in self.params), sym.ONE * 0)
 
-    def evaluate(self, e, dims: dict[str, int] | None = None) -> int:
-        return sym.evaluate(e, dims if dims is not None else self.dims)
-
     def __repr__(self) -> str:
         return f"Graph({self.name}: {len(self.ops)} ops, {len(self.params)} params)"

@@ -195,14 +195,6 @@ class _Program:
         self.step_tail = self.step_last
 
 
-_SHORT = {
-    CollectiveType.ALL_REDUCE: "all_reduce",
-    CollectiveType.ALL_GATHER: "all_gather",
-    CollectiveType.REDUCE_SCATTER: "reduce_scatter",
-    CollectiveType.ALL_TO_ALL: "all_to_all",
-}
-
-
 class Lowerer:
     def __init__(self, prop: Propagation, plan: Plan, mesh: Mesh, dims: dict[str, int], schedule=one_f_one_b):
         self.prop = prop
@@ -280,7 +272,7 @@ class Lowerer:
             if r.kind is None:
                 versions[(r.tensor, self.lk(r.after))] = src
                 continue
-            nid = prog.coll(f"{tag}.{op.name}:{_SHORT[r.kind]}.{r.axis}:{r.tensor.name}", r.kind,
+            nid = prog.coll(f"{tag}.{op.name}:{COMM_KEYS[r.kind]}.{r.axis}:{r.tensor.name}", r.kind,
                             self.comm_size(r), self.key(r.axis), src)
             versions[(r.tensor, self.lk(r.after))] = (nid,)
 
@@ -299,7 +291,7 @@ class Lowerer:
                 size = per
                 for c in lets:
                     size *= letters[c]
-                last = prog.coll(f"{tag}.{op.name}:{_SHORT[kind]}.{axis}", kind, size, self.key(axis), (last,))
+                last = prog.coll(f"{tag}.{op.name}:{COMM_KEYS[kind]}.{axis}", kind, size, self.key(axis), (last,))
             out_deps = (last,)
         for t, layout in zip(op.outputs, plan.out_layouts):
             versions[(t, self.lk(layout))] = out_deps
@@ -309,7 +301,7 @@ class Lowerer:
             if r.kind is None:
                 versions[(r.tensor, self.lk(r.after))] = src
             else:
-                nid = prog.coll(f"{tag}.{op.name}:{_SHORT[r.kind]}.{r.axis}", r.kind, self.comm_size(r),
+                nid = prog.coll(f"{tag}.{op.name}:{COMM_KEYS[r.kind]}.{r.axis}", r.kind, self.comm_size(r),
                                 self.key(r.axis), src)
                 versions[(r.tensor, self.lk(r.after))] = (nid,)
             versions[(r.tensor, None)] = versions[(r.tensor, self.lk(r.after))]
@@ -540,7 +532,7 @@ class Lowerer:
         if kind == CollectiveType.REDUCE_SCATTER:
             numel = -(-numel // dp_deg) * dp_deg  # buckets are padded to a multiple of the group size
         size = numel * DTYPE_BYTES[self.plan.grad_dtype]
-        return [prog.coll(f"grad_sync.bucket{i}:{_SHORT[kind]}.{key}", kind, size, self.key(key), deps)]
+        return [prog.coll(f"grad_sync.bucket{i}:{COMM_KEYS[kind]}.{key}", kind, size, self.key(key), deps)]
 
     def emit_optimizer(self, prog: _Program, stage: int, buckets, syncs: dict[int, list[int]], versions) -> None:
         sg = self.sg
