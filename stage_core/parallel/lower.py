@@ -144,7 +144,15 @@ def _cost(op: Op, letters: dict[str, int]) -> tuple[int, int, int]:
 
 
 class _Program:
-    """Accumulates nodes with ids in emission order (a topological order)."""
+    """Accumulates nodes with ids in emission order (a topological order).
+
+    Sends and collectives form one chain (each waits on the one emitted before it):
+    ASTRA-sim keeps one of them in flight per rank, so their issue order must not
+    depend on timing.  With the chain it is the emission order on every rank, and a
+    send can never be stuck behind a collective whose other members wait for that
+    send unless the schedule itself asks for it (docs/design.md, "The one
+    communication slot").
+    """
 
     def __init__(self):
         self.nodes: list[ProgramNode] = []
@@ -152,12 +160,15 @@ class _Program:
         self.comm = {k: 0 for k in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send", "recv")}
         self.step_tail: int | None = None  # last node of the previous schedule step
         self.step_last: int | None = None
+        self.slot_last: int | None = None  # the last send or collective emitted
 
-    def _deps(self, deps) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    def _deps(self, deps, slot: bool = False) -> tuple[tuple[int, ...], tuple[int, ...]]:
         data = tuple(sorted(set(deps)))
         ctrl: tuple[int, ...] = ()
         if not data and self.step_tail is not None:
             ctrl = (self.step_tail,)
+        if slot and self.slot_last is not None and self.slot_last not in data and self.slot_last not in ctrl:
+            ctrl = tuple(sorted((*ctrl, self.slot_last)))
         return data, ctrl
 
     def comp(self, name: str, mm: int, other: int, nbytes: int, deps) -> int:
@@ -175,8 +186,9 @@ class _Program:
         return nid
 
     def coll(self, name: str, kind: CollectiveType, size: int, group: str, deps) -> int:
-        data, ctrl = self._deps(deps)
+        data, ctrl = self._deps(deps, slot=True)
         nid = len(self.nodes)
+        self.slot_last = nid
         self.nodes.append(ProgramNode(nid, name, NodeType.COMM_COLL, data, ctrl, comm_type=kind,
                                       comm_size=size, group=group))
         self.comm[COMM_KEYS[kind]] += size
@@ -184,8 +196,11 @@ class _Program:
         return nid
 
     def p2p(self, name: str, kind: NodeType, size: int, peer: str, tag: int, deps) -> int:
-        data, ctrl = self._deps(deps)
+        sending = kind == NodeType.COMM_SEND
+        data, ctrl = self._deps(deps, slot=sending)
         nid = len(self.nodes)
+        if sending:
+            self.slot_last = nid
         self.nodes.append(ProgramNode(nid, name, kind, data, ctrl, comm_size=size, peer=peer, tag=tag))
         self.comm["send" if kind == NodeType.COMM_SEND else "recv"] += size
         self.step_last = nid

@@ -1,0 +1,36 @@
+"""Trace sets in the real ASTRA-sim: every rank must print "finished".
+
+The simulator exits 0 even when ranks deadlock, so these tests read its output
+(through `stage astrasim`'s parser) and require a finish line for every rank.
+"""
+
+import pytest
+
+from stage_core.parallel import Plan
+
+# Plans that deadlocked before sends and collectives were chained (issue 8): GPT's tied
+# embedding sums its gradients over the first and last stage, and that all-reduce took
+# the last stage's one communication slot before its final backward send.
+TIED_PIPELINES = [
+    ("gpt2", Plan(pp=4, micro_batches=4, schedule="gpipe"), {}),
+    ("gpt2", Plan(pp=4, micro_batches=4, schedule="1f1b"), {}),
+    ("gpt2", Plan(pp=2, tp=2, micro_batches=4, schedule="interleaved", virtual_stages=2), {}),
+    ("gpt2", Plan(pp=2, tp=2, sp=True, micro_batches=4, schedule="interleaved", virtual_stages=2,
+                  recompute="full"), {}),
+    ("gpt2", Plan(pp=4, dp=2, zero=1, micro_batches=4, schedule="1f1b", recompute="selective"), {}),
+    ("gpt2", Plan(pp=2, dp=2, zero=3, micro_batches=2, schedule="gpipe"), {}),
+    ("gpt2", Plan(pp=2, dp=4, micro_batches=4, schedule="interleaved", virtual_stages=2), {}),
+    ("gpt3-175b", Plan(pp=4, tp=2, micro_batches=4, seq_len=256), {"layers": 8}),
+]
+
+
+@pytest.mark.parametrize("model,plan,overrides", TIED_PIPELINES,
+                         ids=lambda x: x if isinstance(x, str) else None)
+def test_tied_embedding_pipelines_finish_on_every_rank(write_set, simulate, model, plan, overrides):
+    out = write_set(model, plan, **overrides)
+    status, results = simulate(out)
+    summary = results["summary"]
+    assert summary["deadlocked_ranks"] == [], summary
+    assert summary["finished_ranks"] == plan.world_size
+    assert status == 0
+    assert summary["max_finish_time_ns"] > 0
