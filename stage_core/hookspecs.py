@@ -10,7 +10,8 @@ pluggy's call order never shows.
 Hooks, by lifecycle:
 
 1. what exists: :func:`stage_models`, :func:`stage_strategies`,
-   :func:`stage_schedules`, :func:`stage_trace_backends`, :func:`stage_commands`
+   :func:`stage_schedules`, :func:`stage_trace_backends`, :func:`stage_commands`,
+   :func:`stage_executors`
 2. resolving input: :func:`stage_config_from_hf`
 """
 
@@ -20,7 +21,7 @@ from typing import Any, Mapping, Sequence
 
 import pluggy
 
-from .records import BackendSpec, CommandSpec, ModelSpec, ScheduleSpec, StrategySpec
+from .records import BackendSpec, CommandSpec, ExecutorSpec, ModelSpec, ScheduleSpec, StrategySpec
 
 PROJECT = "stage"
 
@@ -113,6 +114,24 @@ def stage_commands() -> Sequence[CommandSpec]:
                 return 0
             return [CommandSpec(name="echo-dir", help="print DIR", configure=configure,
                                 run=run)]
+    """
+
+
+@_hookspec
+def stage_executors() -> Sequence[ExecutorSpec]:
+    """Register executors: ways to run the independent points of a sweep.
+
+    :return: a list of :class:`~stage_core.records.ExecutorSpec`.
+
+    Example::
+
+        @hookimpl
+        def stage_executors():
+            def serial(fn, items, options):
+                for i, item in enumerate(items):
+                    yield i, fn(item)
+            return [ExecutorSpec(name="serial", run=serial,
+                                 description="one point after the other, in this process")]
     """
 
 

@@ -25,7 +25,8 @@ import pluggy
 from . import hookspecs
 from .errors import PluginError, UsageError
 from .hookspecs import PROJECT
-from .records import BackendSpec, CommandSpec, ModelSpec, PluginInfo, ScheduleSpec, StrategySpec
+from .records import (BackendSpec, CommandSpec, ExecutorSpec, ModelSpec, PluginInfo, ScheduleSpec,
+                      StrategySpec)
 
 #: modules of the core that are plugins themselves
 BUILTINS: tuple[str, ...] = ("stage_core.schedule.builtin",)
@@ -146,6 +147,9 @@ class PluginHost:
     def commands(self) -> list[CommandSpec]:
         return self._collect("stage_commands", "command")
 
+    def executors(self) -> list[ExecutorSpec]:
+        return self._collect("stage_executors", "executor")
+
     def config_from_hf(self, hf_config: Mapping[str, Any]):
         return self.pm.hook.stage_config_from_hf(hf_config=hf_config)
 
@@ -173,6 +177,14 @@ class PluginHost:
         known = ", ".join(b.name for b in backends) or "none installed"
         raise UsageError(f"--format {name}: unknown trace format; known: {known}{self.broken_hint()}")
 
+    def executor(self, name: str) -> ExecutorSpec:
+        executors = self.executors()
+        for e in executors:
+            if e.name == name:
+                return e
+        known = ", ".join(e.name for e in executors) or "none installed (install stage-search)"
+        raise UsageError(f"--executor {name}: unknown executor; known: {known}{self.broken_hint()}")
+
     def hf_model_types(self) -> list[str]:
         return sorted({t for s in self.models() for t in s.hf_model_types})
 
@@ -196,6 +208,7 @@ class PluginHost:
         add("schedules", self.schedules())
         add("trace_backends", self.backends())
         add("commands", self.commands())
+        add("executors", self.executors())
         out = []
         for name, plugin in sorted(self.pm.list_name_plugin(), key=lambda x: x[0]):
             if plugin is None:  # a blocked name

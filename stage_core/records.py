@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
     from .ir.graph import Graph
@@ -105,6 +105,24 @@ class CommandSpec:
     help: str
     configure: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
+    plugin: str = ""
+
+
+@dataclass(frozen=True)
+class ExecutorSpec:
+    """A way to run many independent units of work (the points of a sweep).
+
+    ``run(fn, items, options)`` calls ``fn(item)`` for every item and yields
+    ``(index, result)`` pairs as results arrive, in any order.  ``fn`` is a
+    module-level function and items and results are plain picklable data (dicts of
+    numbers and strings), so an executor may ship them to other processes or
+    machines.  ``options`` carries the user's executor settings (``workers``,
+    ``address``...); an executor ignores the ones it does not know.
+    """
+
+    name: str
+    run: Callable[[Callable[[Any], Any], Sequence[Any], Mapping[str, Any]], Iterator[tuple[int, Any]]]
+    description: str = ""
     plugin: str = ""
 
 

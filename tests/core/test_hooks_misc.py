@@ -131,3 +131,38 @@ def test_a_broken_json_file_is_one_line(tmp_path, capsys):
     path.write_text("{not json")
     assert main(["report", "--model", str(path)], host=fresh_host((toy_plugin, "toy"))) == 2
     assert "not valid JSON" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- stage_executors
+
+
+def _square(x):
+    return x * x
+
+
+def test_an_executor_plugin_is_found_by_name_and_runs_every_item():
+    from stage_core.errors import PluginError, UsageError
+    from stage_core.records import ExecutorSpec
+
+    class Serial:
+        @hookimpl
+        def stage_executors(self):
+            def run(fn, items, options):
+                for i in reversed(range(len(items))):  # results may arrive in any order
+                    yield i, fn(items[i])
+            return [ExecutorSpec("serial", run, "one after the other")]
+
+    host = fresh_host((Serial(), "serial-plugin"))
+    spec = host.executor("serial")
+    assert spec.plugin == "serial-plugin"
+    assert dict(spec.run(_square, [1, 2, 3, 12], {})) == {0: 1, 1: 4, 2: 9, 3: 144}
+    with pytest.raises(UsageError, match=r"--executor ray: unknown executor; known: serial"):
+        host.executor("ray")
+
+    class Clash:
+        @hookimpl
+        def stage_executors(self):
+            return [ExecutorSpec("serial", lambda fn, items, options: iter(()))]
+
+    with pytest.raises(PluginError, match="'serial-plugin' and 'clash'"):
+        fresh_host((Serial(), "serial-plugin"), (Clash(), "clash")).executors()

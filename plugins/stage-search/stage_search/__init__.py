@@ -1,0 +1,1 @@
+"""STAGE sweeps: grids of models x plans x hardware, each point a content-addressed unit."""

@@ -1,0 +1,18 @@
+"""Registers ``stage sweep`` and the ``local`` executor."""
+
+from __future__ import annotations
+
+from stage_core import hookimpl
+from stage_core.records import CommandSpec, ExecutorSpec
+
+from . import executors, sweep
+
+
+@hookimpl
+def stage_commands():
+    return [CommandSpec(name="sweep", help=sweep.HELP, configure=sweep.configure, run=sweep.run)]
+
+
+@hookimpl(trylast=True)
+def stage_executors():
+    return [ExecutorSpec("local", executors.local, "processes on this machine (--workers N, default every core)")]

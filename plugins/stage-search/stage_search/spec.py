@@ -1,0 +1,115 @@
+"""A sweep specification (TOML) and the points it stands for.
+
+::
+
+    measure = "report"            # what every point computes (see units.MEASURES)
+
+    [base]                        # settings every point shares: report/generate flags
+    model = "llama3-8b"           #   without their dashes ("seq-len", "sp", ...)
+    seq-len = 4096
+
+    [grid]                        # each key a list; the points are their product
+    tp = [1, 2, 4, 8]
+    dp = [1, 2]
+    system = ["h100", "a100"]     # hardware settings sit beside the plan flags
+
+``grid`` may also be an array of tables (``[[grid]]``): the points are the union of
+their products, in order, without repeats.
+"""
+
+from __future__ import annotations
+
+import itertools
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from stage_core.errors import UsageError
+
+#: settings that describe the machine rather than the plan
+HARDWARE_KEYS = ("system",)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One point of a sweep: the plan flags (a CLI argument list) and the hardware."""
+
+    settings: tuple[tuple[str, Any], ...]  # (key, value) in the spec's key order
+
+    def flags(self) -> list[str]:
+        out: list[str] = []
+        for key, value in self.settings:
+            if key in HARDWARE_KEYS:
+                continue
+            if value is True:
+                out.append(f"--{key}")
+            elif value is False:
+                out.append(f"--no-{key}")
+            else:
+                out += [f"--{key}", str(value)]
+        return out
+
+    def hardware(self) -> dict[str, Any]:
+        return {k: v for k, v in self.settings if k in HARDWARE_KEYS}
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.settings)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    measure: str
+    points: tuple[Point, ...]
+    keys: tuple[str, ...]  # every setting a point may have, in first-seen order
+
+
+def load(path: Path, flag_names: Iterable[str], measures: Iterable[str]) -> Sweep:
+    """Read and check ``path``; ``flag_names`` are the valid plan flags (without dashes)."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read it ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not a UTF-8 text file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: not valid TOML ({exc})") from None
+    return parse(data, str(path), flag_names, measures)
+
+
+def parse(data: Mapping[str, Any], where: str, flag_names: Iterable[str], measures: Iterable[str]) -> Sweep:
+    valid = set(flag_names) | set(HARDWARE_KEYS)
+    measures = tuple(measures)
+    unknown = sorted(set(data) - {"measure", "base", "grid"})
+    if unknown:
+        raise UsageError(f"{where}: unknown top-level key {unknown[0]!r}; valid: measure, base, grid")
+    measure = data.get("measure", measures[0])
+    if measure not in measures:
+        raise UsageError(f"{where}: measure = {measure!r}; valid: {', '.join(measures)}")
+    base = data.get("base", {})
+    if not isinstance(base, dict):
+        raise UsageError(f"{where}: [base] must be a table of settings")
+    grids = data.get("grid", {})
+    grids = [grids] if isinstance(grids, dict) else grids
+    if not isinstance(grids, list) or not all(isinstance(g, dict) for g in grids):
+        raise UsageError(f"{where}: [grid] must be a table, or [[grid]] an array of tables")
+    for table, name in [(base, "base")] + [(g, "grid") for g in grids]:
+        for key, value in table.items():
+            if key not in valid:
+                raise UsageError(f"{where}: [{name}] {key}: not a setting; valid: {', '.join(sorted(valid))}")
+            values = value if name == "grid" else [value]
+            if name == "grid" and (not isinstance(value, list) or not value):
+                raise UsageError(f"{where}: [grid] {key} = {value!r}: give a non-empty list of values")
+            for v in values:
+                if not isinstance(v, (str, int, float, bool)):
+                    raise UsageError(f"{where}: [{name}] {key} = {v!r}: values are strings, numbers or booleans")
+    points: dict[Point, None] = {}
+    keys: dict[str, None] = dict.fromkeys(base)
+    for grid in grids or [{}]:
+        keys.update(dict.fromkeys(grid))
+        names = list(grid)
+        for combo in itertools.product(*(grid[k] for k in names)):
+            settings = dict(base)
+            settings.update(zip(names, combo))
+            points[Point(tuple(settings.items()))] = None
+    return Sweep(measure, tuple(points), tuple(keys))

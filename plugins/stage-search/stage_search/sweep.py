@@ -1,0 +1,125 @@
+"""``stage sweep SPEC.toml``: every point of a grid, incrementally, on an executor.
+
+Each point becomes a unit (see :mod:`.units`); finished units are kept in a cache
+folder as ``<unit id>.json``, so a rerun evaluates only new or changed points.  The
+table lists every point of the spec, in spec order, cached or not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from functools import lru_cache
+from pathlib import Path
+
+from stage_core import __version__
+from stage_core.errors import UsageError
+
+from . import spec as spec_mod
+from . import table, units
+
+HELP = "evaluate a grid of models x plans x hardware (SPEC.toml) into one table, incrementally"
+
+
+@lru_cache(maxsize=1)
+def plan_flag_names() -> tuple[str, ...]:
+    """The long flags of ``stage report`` that describe a model and plan, without dashes."""
+    from stage_core.cli import build_parser
+
+    parser = build_parser(None)
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    names = []
+    for action in sub.choices["report"]._actions:
+        for opt in action.option_strings:
+            if opt.startswith("--") and opt not in ("--help", "--json") and not opt.startswith("--no-"):
+                names.append(opt[2:])
+    return tuple(names)
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec", metavar="SPEC.toml", help="the grid: [base] settings and [grid] lists")
+    p.add_argument("-o", "--output", default="sweep.csv", metavar="FILE",
+                   help=f"the table ({', '.join(table.FORMATS)}; default sweep.csv)")
+    p.add_argument("--executor", default="local", help="where units run (see `stage plugins`; default local)")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="parallel units for the local executor (default: every core)")
+    p.add_argument("--address", default=None, metavar="ADDR",
+                   help="cluster address for executors that take one (ray: default $RAY_ADDRESS or a local instance)")
+    p.add_argument("--cache", default=".stage-sweep", metavar="DIR",
+                   help="finished units, by content (default ./.stage-sweep)")
+    p.add_argument("--fresh", action="store_true", help="evaluate every point again, ignoring the cache")
+
+
+def versions() -> dict[str, str]:
+    """Code versions a unit's result depends on: the core and every plugin."""
+    out = {"stage-core": __version__}
+    for info in units._host().info():
+        if info.version:
+            out[info.name] = info.version
+    return out
+
+
+def plan_units(sweep: spec_mod.Sweep) -> list[dict]:
+    vers = versions()
+    return [{"flags": p.flags(), "hardware": p.hardware(), "measure": sweep.measure, "versions": vers}
+            for p in sweep.points]
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_sweep(Path(args.spec), Path(args.output), executor=args.executor, workers=args.workers,
+                     address=args.address, cache=Path(args.cache), fresh=args.fresh)
+
+
+def run_sweep(spec_path: Path, output: Path, *, executor: str = "local", workers: int | None = None,
+              address: str | None = None, cache: Path = Path(".stage-sweep"), fresh: bool = False,
+              err=None) -> int:
+    err = err or sys.stderr
+    if workers is not None and workers < 1:
+        raise UsageError(f"--workers {workers}: must be 1 or more")
+    table.check_path(output)
+    sweep = spec_mod.load(spec_path, plan_flag_names(), units.MEASURES)
+    runner = units._host().executor(executor)
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--cache {cache}: cannot create it ({exc.strerror})") from None
+    todo_units = plan_units(sweep)
+    ids = [units.unit_id(u) for u in todo_units]
+    rows: dict[int, dict] = {}
+    if not fresh:
+        for i, uid in enumerate(ids):
+            got = _read_cached(cache / f"{uid}.json")
+            if got is not None:
+                rows[i] = got
+    todo = [i for i in range(len(ids)) if i not in rows]
+    print(f"{len(ids)} points: {len(ids) - len(todo)} cached, {len(todo)} to evaluate on {executor}", file=err)
+    start = time.perf_counter()
+    options = {"workers": workers, "address": address}
+    for k, row in runner.run(units.evaluate, [todo_units[i] for i in todo], options):
+        i = todo[k]
+        rows[i] = row
+        _write_cached(cache / f"{ids[i]}.json", {"unit": todo_units[i], "row": row})
+    table_rows = []
+    for i, point in enumerate(sweep.points):
+        table_rows.append({"unit": ids[i][:16], **point.as_dict(), **rows[i]})
+    table.write(output, ("unit", *sweep.keys, *units.COLUMNS), table_rows)
+    invalid = sum(1 for r in table_rows if r["status"] != "ok")
+    print(f"wrote {output}: {len(table_rows)} rows ({len(table_rows) - invalid} ok, {invalid} invalid plans) "
+          f"in {time.perf_counter() - start:.2f} s", file=err)
+    return 0
+
+
+def _read_cached(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())["row"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # absent or damaged: evaluate again
+
+
+def _write_cached(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, sort_keys=True) + "\n")
+    tmp.replace(path)

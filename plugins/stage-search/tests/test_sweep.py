@@ -1,0 +1,122 @@
+"""stage sweep: a grid into one table, incrementally; specs checked up front."""
+
+import csv
+import json
+import math
+
+import pytest
+
+from stage_core.cli import main
+from stage_core.errors import UsageError
+from stage_search import executors, spec, units
+from stage_search.sweep import plan_flag_names, run_sweep
+
+
+def toy_matmul_flops(s, layers=2, h=64, f=256, V=128, b=1):
+    """One training step of the toy model on one GPU, by hand: forward matmuls per layer
+    (qkv 2bsh*3h, scores and context 2*2bs^2h, out 2bsh^2, MLP 2*2bshf) and the tied head
+    2bshV; backward costs twice the forward (REFERENCE.md 1)."""
+    per_layer = 2 * b * s * h * 3 * h + 4 * b * s * s * h + 2 * b * s * h * h + 4 * b * s * h * f
+    return 3 * (layers * per_layer + 2 * b * s * h * V)
+
+
+GRID = """
+[base]
+model = "toy"
+[grid]
+seq-len = [16, 32]
+model = ["toy", "toy-wide"]
+dp = [1, 2]
+"""
+
+
+def read_csv(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_every_point_is_a_row_with_the_numbers_of_its_plan(toy_host, tmp_path, capsys):
+    (tmp_path / "grid.toml").write_text(GRID)
+    out = tmp_path / "sweep.csv"
+    assert main(["sweep", str(tmp_path / "grid.toml"), "-o", str(out), "--cache", str(tmp_path / "c"),
+                 "--workers", "1"], host=toy_host) == 0
+    rows = read_csv(out)
+    assert [(r["seq-len"], r["model"], r["dp"]) for r in rows] == [
+        (s, m, d) for s in ("16", "32") for m in ("toy", "toy-wide") for d in ("1", "2")]
+    for r in rows:
+        if r["dp"] == "2":  # no strategy plugin is installed here: the core refuses the plan
+            assert r["status"] == "invalid" and "dp" in r["error"] and "install stage-parallel" in r["error"]
+            continue
+        wide = r["model"] == "toy-wide"
+        s = int(r["seq-len"])
+        expected = toy_matmul_flops(s, h=128, f=512) if wide else toy_matmul_flops(s)
+        assert (r["status"], r["world_size"], int(r["matmul_flops_per_step"])) == ("ok", "1", expected)
+    assert "8 points: 0 cached, 8 to evaluate" in capsys.readouterr().err
+
+
+def test_a_rerun_evaluates_only_new_points(toy_host, tmp_path, capsys):
+    grid = tmp_path / "grid.toml"
+    grid.write_text(GRID)
+    cache = tmp_path / "cache"
+    run_sweep(grid, tmp_path / "a.csv", workers=1, cache=cache)
+    first = (tmp_path / "a.csv").read_text()
+    run_sweep(grid, tmp_path / "b.csv", workers=1, cache=cache)
+    assert "8 cached, 0 to evaluate" in capsys.readouterr().err
+    assert (tmp_path / "b.csv").read_text() == first
+    grid.write_text(GRID.replace("[16, 32]", "[16, 32, 8]"))
+    run_sweep(grid, tmp_path / "c.csv", workers=1, cache=cache)
+    assert "12 points: 8 cached, 4 to evaluate" in capsys.readouterr().err
+    # a damaged unit is evaluated again, not trusted
+    victim = sorted(cache.glob("*.json"))[0]
+    victim.write_text("{not json")
+    run_sweep(grid, tmp_path / "d.csv", workers=1, cache=cache)
+    assert "11 cached, 1 to evaluate" in capsys.readouterr().err
+    assert (tmp_path / "d.csv").read_text() == (tmp_path / "c.csv").read_text()
+
+
+def test_json_and_csv_tables_hold_the_same_rows(toy_host, tmp_path):
+    (tmp_path / "grid.toml").write_text(GRID)
+    run_sweep(tmp_path / "grid.toml", tmp_path / "t.csv", workers=1, cache=tmp_path / "c")
+    run_sweep(tmp_path / "grid.toml", tmp_path / "t.json", workers=1, cache=tmp_path / "c")
+    as_json = json.loads((tmp_path / "t.json").read_text())
+    as_csv = read_csv(tmp_path / "t.csv")
+    assert [{k: "" if v is None else str(v) for k, v in r.items()} for r in as_json] == as_csv
+
+
+@pytest.mark.parametrize("text,message", [
+    ("[grid]\ntp = 2\n", "give a non-empty list"),
+    ("[grid]\ntpp = [2]\n", "tpp: not a setting; valid:"),
+    ("measure = 'guess'\n", "measure = 'guess'; valid: report"),
+    ("[base]\nmodel = ['a']\n", "values are strings, numbers or booleans"),
+    ("colour = 1\n", "unknown top-level key 'colour'"),
+    ("[grid\n", "not valid TOML"),
+])
+def test_bad_specs_are_one_line_usage_errors(toy_host, tmp_path, capsys, text, message):
+    (tmp_path / "bad.toml").write_text(text)
+    assert main(["sweep", str(tmp_path / "bad.toml"), "-o", str(tmp_path / "x.csv")], host=toy_host) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not (tmp_path / "x.csv").exists()
+
+
+def test_bad_options_are_refused_before_any_work(toy_host, tmp_path):
+    (tmp_path / "g.toml").write_text(GRID)
+    with pytest.raises(UsageError, match=r"unknown table format '.xlsx'; valid: .csv, .json, .parquet"):
+        run_sweep(tmp_path / "g.toml", tmp_path / "t.xlsx")
+    with pytest.raises(UsageError, match="--executor slurm: unknown executor; known: local"):
+        run_sweep(tmp_path / "g.toml", tmp_path / "t.csv", executor="slurm")
+    with pytest.raises(UsageError, match="--workers 0"):
+        run_sweep(tmp_path / "g.toml", tmp_path / "t.csv", workers=0)
+
+
+def test_points_spell_the_plan_flags_of_stage_report():
+    names = plan_flag_names()
+    assert {"model", "tp", "dp", "pp", "sp", "zero", "seq-len", "micro-batches"} <= set(names)
+    point = spec.parse({"base": {"model": "m", "sp": True}, "grid": {"tp": [2]}}, "x", names, units.MEASURES).points[0]
+    assert point.flags() == ["--model", "m", "--sp", "--tp", "2"]
+
+
+def test_the_local_executor_returns_every_result_once_with_its_index():
+    items = list(range(1, 41))
+    got = dict(executors.local(math.factorial, items, {"workers": 2}))
+    assert sorted(got) == list(range(40)) and got[19] == 2_432_902_008_176_640_000  # 20!
