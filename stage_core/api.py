@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -19,6 +17,7 @@ from . import __version__
 from .autodiff import OptimizerConfig, differentiate
 from .errors import TraceError, UsageError
 from .ir.graph import Graph
+from .output import COMM_GROUPS, MANIFEST, check_target, staging
 from .parallel.lower import ClassReport, lower
 from .parallel.mesh import GroupTable, Mesh
 from .parallel.placement import ShardedGraph
@@ -188,61 +187,34 @@ def make_manifest(config, plan: Plan, world_size: int, reports: list[ClassReport
 # --------------------------------------------------------------------------- files
 
 
-def check_output_dir(out: Path) -> None:
-    """Fail early, with one line, when ``out`` cannot be written."""
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"-o {out}: exists and is not a folder")
-    probe = out.absolute().parent
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir():
-        raise UsageError(f"-o {out}: {probe} is not a folder")
-    if not os.access(probe, os.W_OK):
-        raise UsageError(f"-o {out}: cannot write in {probe} (permission denied)")
+def check_output_dir(out: str | os.PathLike) -> Path:
+    """The folder ``-o out`` names, after checking that a set may replace it
+    (:func:`stage_core.output.check_target`: one-line UsageError otherwise)."""
+    return check_target(out)
 
 
-def write_trace_set(host: PluginHost, result: Result, out: Path, fmt: str = "chakra", *, validate: bool = True) -> Path:
+def write_trace_set(host: PluginHost, result: Result, out: str | os.PathLike, fmt: str = "chakra", *,
+                    validate: bool = True) -> Path:
     """Write the set into a temporary folder beside ``out``, check it, then rename it into place.
 
-    A failure at any point leaves ``out`` as it was (absent, or the previous set).
+    ``out`` may be replaced only when it is absent, empty or a STAGE trace set (see
+    :mod:`stage_core.output`).  A failure at any point leaves ``out`` as it was.
     """
     backend = host.backend(fmt)
-    check_output_dir(out)
-    parent = out.absolute().parent
-    created = [p for p in [parent, *parent.parents] if not p.exists()]
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"-o {out}: cannot create {parent} ({exc.strerror})") from None
+    target = check_target(out)
     manifest = dict(result.manifest)
     manifest["format"] = backend.format_id or backend.name
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
-    try:
+    with staging(target, f"-o {out}") as tmp:
         backend.write(result.job, tmp)
-        (tmp / "comm_groups.json").write_text(json.dumps(result.job.comm_groups, indent=1) + "\n")
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        (tmp / COMM_GROUPS).write_text(json.dumps(result.job.comm_groups, indent=1) + "\n")
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         if validate and backend.read is not None:
             from .validate import validate as run_checks
 
             problems = run_checks(backend.read(tmp))
             if problems:
                 raise TraceError([str(p) for p in problems])
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=parent))
-            os.replace(out, old / "set")
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        for folder in created:  # deepest first: folders this run made for nothing
-            try:
-                folder.rmdir()
-            except OSError:
-                break
-        raise
-    return out
+    return Path(out)
 
 
 def read_trace_set(host: PluginHost, directory: Path):

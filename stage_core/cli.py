@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Sequence
 
 from . import __version__
-from .api import DEFAULT_MODEL, DEFAULT_PLAN, plan_job, read_trace_set, write_trace_set
+from .api import DEFAULT_MODEL, DEFAULT_PLAN, check_output_dir, plan_job, read_trace_set, write_trace_set
 from .errors import PluginError, StageError, TraceError, UsageError
 from .models import param_counts
 from .parallel.plan import DEFAULT_ORDER, RECOMPUTE, Plan
@@ -136,10 +139,11 @@ def _ranks_text(ranks: Sequence[int]) -> str:
 
 def cmd_generate(host: PluginHost, args) -> int:
     model, overrides, plan, used_default = plan_from_args(args)
+    check_output_dir(args.output)  # before any work
     out = Path(args.output)
     start = time.perf_counter()
     result = plan_job(host, model, overrides, plan)
-    write_trace_set(host, result, out, args.format, validate=not args.no_validate)
+    write_trace_set(host, result, args.output, args.format, validate=not args.no_validate)
     seconds = time.perf_counter() - start
     nodes = sum(len(p.nodes) * len(p.ranks) for p in result.job.programs)
     what = f"{result.config.name}, {_plan_text(result.plan)}"
@@ -289,8 +293,40 @@ def build_parser(host: PluginHost | None) -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP arrived: unwinds like Ctrl-C, so a half-written set is removed."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _terminate(signum, frame):
+    raise Terminated(signum)
+
+
+@contextmanager
+def _terminate_like_ctrl_c():
+    """SIGTERM and SIGHUP raise :class:`Terminated` while the block runs (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    names = [n for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n)]
+    previous = {n: signal.signal(getattr(signal, n), _terminate) for n in names}
+    try:
+        yield
+    finally:
+        for n, handler in previous.items():
+            signal.signal(getattr(signal, n), handler)
+
+
 def main(argv: Sequence[str] | None = None, host: PluginHost | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    with _terminate_like_ctrl_c():
+        return _main(argv, host)
+
+
+def _main(argv: list[str], host: PluginHost | None) -> int:
     try:
         if host is None:
             host = PluginHost()
@@ -307,15 +343,13 @@ def main(argv: Sequence[str] | None = None, host: PluginHost | None = None) -> i
         for problem in exc.problems:
             print(f"{PROG}: invalid trace: {problem}", file=sys.stderr)
         return exc.exit_status
-    except (UsageError, PluginError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
     except StageError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
+        return exc.exit_status
+    except KeyboardInterrupt as exc:
+        signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
+        print(f"{PROG}: interrupted ({signal.Signals(signum).name})", file=sys.stderr)
+        return 128 + signum
     except BrokenPipeError:  # the reader went away (``stage models | head``)
         sys.stderr.close()
         return 0

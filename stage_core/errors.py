@@ -2,7 +2,9 @@
 
 A :class:`UsageError` is a mistake in what the user asked for (an unknown model, a
 degree that does not divide, an unwritable folder).  The CLI prints its message on
-one line and exits with status 2; it never shows a traceback for one.
+one line and exits with status 2; it never shows a traceback for one.  Every other
+:class:`StageError` is one line too, with its class's ``exit_status`` (1: a bad trace
+set, a failed write).
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 
 class StageError(Exception):
     """Base class of STAGE's own errors."""
+
+    exit_status = 1
 
 
 class UsageError(StageError):
@@ -22,6 +26,12 @@ class PluginError(StageError):
     """A plugin is broken or clashes with another one (names the plugins)."""
 
     exit_status = 2
+
+
+class OutputError(StageError):
+    """A trace set could not be written (a full disk, an I/O error); nothing was changed."""
+
+    exit_status = 1
 
 
 class TraceError(StageError):
