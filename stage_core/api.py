@@ -152,7 +152,7 @@ def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[st
     schedule = next(s for s in host.schedules() if s.name == plan.schedule)
     lowered = lower(prop, plan, mesh, dims, schedule.order)
     groups = GroupTable(mesh, lowered.group_keys)
-    manifest = make_manifest(config, plan, mesh.world_size, lowered.reports)
+    manifest = make_manifest(config, plan, mesh.world_size, lowered.reports, lowered.stage_layers)
     job = TraceJob(
         programs=lowered.programs,
         world_size=mesh.world_size,
@@ -165,7 +165,8 @@ def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[st
     return Result(spec, config, plan, forward, training, sharded, job, lowered.reports, manifest)
 
 
-def make_manifest(config, plan: Plan, world_size: int, reports: list[ClassReport]) -> dict:
+def make_manifest(config, plan: Plan, world_size: int, reports: list[ClassReport],
+                  stage_layers: tuple[int, ...] = ()) -> dict:
     return {
         "stage_version": __version__,
         "format": "chakra-et-0.0.4",
@@ -177,7 +178,7 @@ def make_manifest(config, plan: Plan, world_size: int, reports: list[ClassReport
             "virtual_stages": plan.virtual_stages, "micro_batch_size": plan.micro_batch_size,
             "micro_batches": plan.micro_batches, "seq_len": plan.seq_len, "order": plan.order,
             "global_batch": plan.global_batch, "grad_dtype": plan.grad_dtype,
-            "optimizer_dtype": plan.optimizer_dtype,
+            "optimizer_dtype": plan.optimizer_dtype, "stage_layers": list(stage_layers),
         },
         "world_size": world_size,
         "rank_classes": [r.to_dict() for r in reports],

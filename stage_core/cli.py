@@ -21,7 +21,7 @@ from . import __version__
 from .api import DEFAULT_MODEL, DEFAULT_PLAN, check_output_dir, plan_job, read_trace_set, write_trace_set
 from .errors import PluginError, StageError, TraceError, UsageError
 from .models import param_counts
-from .parallel.plan import DEFAULT_ORDER, RECOMPUTE, Plan
+from .parallel.plan import DEFAULT_ORDER, RECOMPUTE, Plan, parse_stage_layers
 from .plugins import PluginHost
 
 PROG = "stage"
@@ -51,6 +51,9 @@ def _add_plan_flags(p: argparse.ArgumentParser) -> None:
                    help="activation recompute; default none")
     g.add_argument("--schedule", default="1f1b", metavar="gpipe|1f1b|interleaved", help="pipeline schedule")
     g.add_argument("--virtual-stages", type=int, default=1, metavar="V", help="virtual stages per pipeline rank")
+    g.add_argument("--stage-layers", default=None, metavar="auto|N,N,...",
+                   help="layers per pipeline stage (pp x virtual-stages counts, in order), or auto: balanced by "
+                        "compute, the embedding and the LM head counted as one layer each (default: an even split)")
     g.add_argument("--grad-dtype", default="bf16", metavar="bf16|fp32",
                    help="gradient buffers and their reduction (default bf16; Megatron keeps fp32 main grads)")
     g.add_argument("--optimizer-dtype", default="fp32", metavar="fp32|bf16",
@@ -110,6 +113,7 @@ def plan_from_args(args) -> tuple[str, dict[str, str], Plan, bool]:
         virtual_stages=args.virtual_stages, seq_len=args.seq_len, micro_batch_size=args.micro_batch_size,
         micro_batches=1 if micro_batches is None else micro_batches, order=args.order,
         grad_dtype=args.grad_dtype, optimizer_dtype=args.optimizer_dtype,
+        stage_layers=None if args.stage_layers is None else parse_stage_layers(args.stage_layers),
     )
     return model, _overrides(args.set), plan, used_default
 
@@ -177,6 +181,8 @@ def cmd_report(host: PluginHost, args) -> int:
     m = result.manifest
     print(f"{result.config.name}  {_plan_text(result.plan)}  world {m['world_size']}  "
           f"(per rank, per training step; FLOPs and bytes)")
+    if result.plan.pp > 1:
+        print(f"layers per pipeline stage: {','.join(map(str, m['plan']['stage_layers']))}")
     for rc in m["rank_classes"]:
         print(f"\nranks {_ranks_text(rc['ranks'])}")
         f = rc["flops"]

@@ -15,7 +15,7 @@ Besides :class:`ModelConfig`:
 * :func:`load_hf_config` and :class:`HFKeys`: a Hugging Face ``config.json`` read from a
   dict, a file or a folder, and typed reads of its keys whose errors name the key;
 * :func:`param_counts` and exact totals of a graph (:func:`evaluate_sum`,
-  :func:`step_values`, :func:`training_flops`, :func:`saved_bytes_per_layer`), what a
+  :func:`step_values`, :func:`training_flops`, :func:`flops_by_layer`, :func:`saved_bytes_per_layer`), what a
   plugin's tests compare with published parameter counts, FLOPs and memory formulas.
 
 The standard layers (attention, MLPs, embedding, head) are in :mod:`stage_core.ir.blocks`.
@@ -28,6 +28,7 @@ import json
 import os
 import typing
 from collections import Counter
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -156,6 +157,28 @@ def training_flops(graph: Graph, b: int = 1, s: int | None = None, what: str = "
     tg = differentiate(graph)
     ops = [op for op in tg.kernels() if phase is None or op.phase == phase]
     return evaluate_sum([getattr(op, what) for op in ops], step_values(graph, b, s))
+
+
+def flops_by_layer(graph: Graph, values: Mapping[str, int]) -> dict[int, int]:
+    """FLOPs of each transformer layer's forward and backward kernels at ``values``
+    (layer -> FLOPs), each distinct letter size evaluated once."""
+    kernels = [op for op in graph.kernels() if op.layer is not None and op.phase != "optimizer"]
+    sizes = list(dict.fromkeys(op.letter_sizes[c] for op in kernels for _, letters, _ in op.flop_terms
+                                for c in letters))
+    value = dict(zip(sizes, sym.Evaluator(sizes)(values)))
+    out: dict[int, int] = {}
+    for op in kernels:
+        for coeff, letters, _ in op.flop_terms:
+            n = 1
+            for c in letters:
+                n *= value[op.letter_sizes[c]]
+            out[op.layer] = out.get(op.layer, 0) + int(_fraction(coeff) * n)
+    return out
+
+
+def _fraction(coeff) -> Fraction:
+    """An int or a sympy rational coefficient, exactly."""
+    return Fraction(coeff) if isinstance(coeff, int) else Fraction(int(coeff.p), int(coeff.q))
 
 
 def saved_bytes_per_layer(training_graph: Graph, values: Mapping[str, int]) -> dict[int, int]:

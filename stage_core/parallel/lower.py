@@ -53,6 +53,7 @@ class Lowered:
     programs: list[RankProgram]
     reports: list[ClassReport]
     group_keys: set[str] = field(default_factory=set)
+    stage_layers: tuple[int, ...] = ()  # layers per pipeline chunk, in chunk order
 
 
 class Sizes:
@@ -345,19 +346,35 @@ class Lowerer:
         return out
 
     # ------------------------------------------------------------------ pipeline chunks
+    @cached_property
+    def layers(self) -> list[int]:
+        return list(dict.fromkeys(op.layer for op in self.fwd_ops if op.layer is not None))
+
+    @cached_property
+    def stage_layers(self) -> tuple[int, ...]:
+        """Layers per chunk, in chunk order: the strategies' split, or an even one."""
+        n, layers = self.chunks, len(self.layers)
+        counts = self.sg.stage_layers
+        if counts is None:
+            if layers % n:
+                raise UsageError(f"--pp {self.stages} x --virtual-stages {self.virtual}: {layers} layers do not "
+                                 f"split into {n} equal chunks; give --stage-layers")
+            counts = (layers // n,) * n
+        if len(counts) != n or sum(counts) != layers:
+            raise UsageError(f"--stage-layers {','.join(map(str, counts))}: needs {n} counts summing to {layers}")
+        return tuple(counts)
+
     def assign_chunks(self) -> dict[Op, int | None]:
-        """The chunk (stage x virtual stage) of every op: layers split evenly in order; what
-        runs before the first layer goes with the first chunk, what runs after the last
-        with the last.  A backward op runs where its forward op runs; a gradient sum
-        whose parts come from several chunks (a tied embedding) gets None: each chunk
-        sums its own parts."""
+        """The chunk (stage x virtual stage) of every op: layers split in order by
+        :attr:`stage_layers`; what runs before the first layer goes with the first chunk,
+        what runs after the last with the last.  A backward op runs where its forward op
+        runs; a gradient sum whose parts come from several chunks (a tied embedding) gets
+        None: each chunk sums its own parts."""
         n = self.chunks
-        layers = list(dict.fromkeys(op.layer for op in self.fwd_ops if op.layer is not None))
-        if len(layers) % n:
-            raise UsageError(f"--pp {self.stages} x --virtual-stages {self.virtual}: {len(layers)} layers do not "
-                             f"split into {n} equal chunks")
-        per = len(layers) // n
-        layer_chunk = {layer: i // per for i, layer in enumerate(layers)} if per else {}
+        layer_chunk = {}
+        for c, count in enumerate(self.stage_layers):
+            for layer in self.layers[len(layer_chunk):len(layer_chunk) + count]:
+                layer_chunk[layer] = c
         first = next((i for i, op in enumerate(self.fwd_ops) if op.layer is not None), len(self.fwd_ops))
         chunk: dict[Op, int | None] = {}
         for i, op in enumerate(self.fwd_ops):
@@ -649,7 +666,7 @@ class Lowerer:
             flops["total"] = flops["matmul"] + flops["other"]
             reports.append(ClassReport(ranks, flops, self.memory(stage, peak), dict(prog.comm), nodes=len(prog.nodes)))
             programs.append(RankProgram(ranks, tuple(prog.nodes), label=f"stage{stage}"))
-        return Lowered(programs, reports, set(self.group_keys))
+        return Lowered(programs, reports, set(self.group_keys), self.stage_layers)
 
 
 def lower(prop: Propagation, plan: Plan, mesh: Mesh, dims: dict[str, int], schedule=None) -> Lowered:

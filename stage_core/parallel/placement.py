@@ -107,6 +107,7 @@ class ShardedGraph:
     tag_hints: dict[str, dict[str, object]] = field(default_factory=dict)
     recompute: str = "none"
     pipeline: tuple[int, int] = (1, 1)  # (stages, virtual stages per rank): layers split into stages*virtual chunks
+    stage_layers: tuple[int, ...] | None = None  # layers per chunk, in chunk order; None: an even split
     applied: list[str] = field(default_factory=list)
 
     def active(self, axis: str) -> bool:

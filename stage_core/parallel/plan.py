@@ -39,6 +39,7 @@ class Plan:
     grad_dtype: str = "bf16"  # gradient buffers and their data-parallel reduction (Megatron: fp32 main grads)
     optimizer_dtype: str = "fp32"
     bucket_params: int | None = None  # gradient bucket size in parameters; None = Megatron's default
+    stage_layers: tuple[int, ...] | str | None = None  # layers per pipeline chunk, "auto", or None: even split
 
     @property
     def world_size(self) -> int:
@@ -85,12 +86,39 @@ class Plan:
             )
         if self.virtual_stages > 1 and self.pp == 1:
             raise UsageError("--virtual-stages above 1 needs --pp above 1")
+        if self.stage_layers is not None:
+            self._check_stage_layers()
         if self.zero and self.dp == 1:
             raise UsageError(f"--zero {self.zero} shards model state over data parallel ranks; it needs --dp above 1")
         if self.grad_dtype not in ("bf16", "fp16", "fp32"):
             raise UsageError(f"--grad-dtype {self.grad_dtype}: valid are bf16, fp16, fp32")
         if self.optimizer_dtype not in ("fp32", "bf16"):
             raise UsageError(f"--optimizer-dtype {self.optimizer_dtype}: valid are fp32, bf16")
+
+
+    def _check_stage_layers(self) -> None:
+        value = self.stage_layers
+        text = ",".join(map(str, value)) if isinstance(value, tuple) else value
+        if self.pp == 1:
+            raise UsageError(f"--stage-layers {text}: needs --pp above 1 (it gives the layers of each pipeline stage)")
+        if value == "auto":
+            return
+        if not isinstance(value, tuple) or not value or any(
+                not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in value):
+            raise UsageError(f"--stage-layers {text}: expected auto or one positive layer count per stage, "
+                             f"comma-separated (e.g. 7,8,8,7)")
+
+
+def parse_stage_layers(text: str) -> tuple[int, ...] | str:
+    """``"auto"`` or ``"7,8,8,7"`` (the --stage-layers flag) as the Plan field."""
+    text = text.strip()
+    if text == "auto":
+        return text
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise UsageError(f"--stage-layers {text}: expected auto or one positive layer count per stage, "
+                         f"comma-separated (e.g. 7,8,8,7)") from None
 
 
 def divisors(n: int) -> list[int]:

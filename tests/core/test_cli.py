@@ -76,6 +76,8 @@ def one_line_error(status, err, *needles):
     (["--model", "toy", "--set", "nope=1"], ["nope", "valid fields"]),
     (["--model", "toy", "--format", "xml"], ["--format xml", "jsonl"]),
     (["--model", "toy", "--bogus"], ["unrecognized arguments: --bogus"]),
+    (["--model", "toy", "--stage-layers", "2,x"], ["--stage-layers 2,x", "auto or one positive layer count"]),
+    (["--model", "toy", "--stage-layers", "2"], ["--stage-layers 2", "needs --pp above 1"]),
 ])
 def test_bad_input_is_one_line_exit_2_and_no_output(host, capsys, tmp_path, argv, needles):
     out = tmp_path / "out"

@@ -21,6 +21,10 @@ TIED_PIPELINES = [
     ("gpt2", Plan(pp=2, dp=2, zero=3, micro_batches=2, schedule="gpipe"), {}),
     ("gpt2", Plan(pp=2, dp=4, micro_batches=4, schedule="interleaved", virtual_stages=2), {}),
     ("gpt3-175b", Plan(pp=4, tp=2, micro_batches=4, seq_len=256), {"layers": 8}),
+    # uneven stages: gpt2's 12 layers as given, and balanced (auto) over 5 stages
+    ("gpt2", Plan(pp=3, micro_batches=4, stage_layers=(3, 5, 4)), {}),
+    ("gpt2", Plan(pp=5, micro_batches=5, stage_layers="auto"), {}),
+    ("gpt2", Plan(pp=2, micro_batches=4, schedule="interleaved", virtual_stages=2, stage_layers=(2, 4, 4, 2)), {}),
 ]
 
 

@@ -19,8 +19,9 @@ def stage_strategies():
         StrategySpec("zero", "dp", s.validate_zero, s.apply_zero, order=40,
                      description="ZeRO stages 1-3 (3 = FSDP): optimizer, gradients, parameters sharded over dp"),
         StrategySpec("pp", "pp", s.validate_pp, s.apply_pp, order=60,
-                     description="pipeline parallel: layers split into stages (x virtual stages), activations and "
-                                 "their gradients sent between them, micro-batches ordered by the schedule"),
+                     description="pipeline parallel: layers split into stages (x virtual stages), evenly, as given "
+                                 "or balanced by compute (--stage-layers), activations and their gradients sent "
+                                 "between them, micro-batches ordered by the schedule"),
         StrategySpec("recompute", None, s.validate_recompute, s.apply_recompute, order=50,
                      description="activation recompute: selective (attention core) or full (whole layer)"),
     ]

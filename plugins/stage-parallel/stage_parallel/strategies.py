@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from stage_core.parallel import FLAT, Replicate, Shard, ShardedGraph, divisors
 
+from .stages import balanced_split, layer_weights
+
 #: dims tensor parallel shards, first match per parameter: query groups (Megatron
 #: shards attention by KV group so each rank keeps whole groups), heads where a
 #: layer has no groups (MLA), the FFN widths, the vocabulary
@@ -124,12 +126,21 @@ def validate_pp(graph, plan) -> list[str]:
         return []
     chunks = plan.pp * plan.virtual_stages
     layers = _layers(graph)
+    what = f"--pp {plan.pp}" + (f" x --virtual-stages {plan.virtual_stages}" if plan.virtual_stages > 1 else "")
     out = []
-    if layers % chunks:
+    given = plan.stage_layers
+    if isinstance(given, tuple):
+        if len(given) != chunks or sum(given) != layers:
+            out.append(f"--stage-layers {','.join(map(str, given))}: {what} needs {chunks} layer counts, one per "
+                       f"stage in order, summing to the model's {layers} layers (got {len(given)} summing to "
+                       f"{sum(given)}); or --stage-layers auto")
+    elif given is None and layers % chunks:
         valid = [str(d) for d in divisors(layers) if layers % (d * plan.virtual_stages) == 0]
-        what = f"--pp {plan.pp}" + (f" x --virtual-stages {plan.virtual_stages}" if plan.virtual_stages > 1 else "")
+        uneven = "; or give --stage-layers auto (or one count per stage)" if chunks <= layers else ""
         out.append(f"{what}: the {layers} layers must split into {chunks} equal chunks; valid --pp: "
-                   f"{', '.join(valid)}")
+                   f"{', '.join(valid)}{uneven}")
+    elif chunks > layers:
+        out.append(f"{what}: {chunks} stages for {layers} layers; every stage needs at least one layer")
     if plan.virtual_stages > 1:
         if plan.schedule != "interleaved":
             out.append(f"--virtual-stages {plan.virtual_stages} needs --schedule interleaved")
@@ -141,4 +152,8 @@ def validate_pp(graph, plan) -> list[str]:
 
 def apply_pp(sg: ShardedGraph, mesh, plan) -> ShardedGraph:
     sg.pipeline = (plan.pp, plan.virtual_stages)  # layers split into pp x virtual chunks, in order
+    if plan.stage_layers == "auto":
+        sg.stage_layers = balanced_split(layer_weights(sg.graph, plan), plan.pp * plan.virtual_stages)
+    elif plan.stage_layers is not None:
+        sg.stage_layers = tuple(plan.stage_layers)
     return sg
