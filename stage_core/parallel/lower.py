@@ -222,13 +222,13 @@ class Lowerer:
         self.group_keys: set[str] = set()
         self._costs: dict[Op, tuple[int, int, int]] = {}
         self._layout_keys: dict[int, tuple[dict, tuple]] = {}
-        self.fwd_ops = [op for op in self.g.ops if op.phase == FORWARD]
-        self.bwd_ops = [op for op in self.g.ops if op.phase == BACKWARD]
+        self.fwd_ops = [op for op in prop.ops if op.phase == FORWARD]
+        self.bwd_ops = [op for op in prop.ops if op.phase == BACKWARD]
         self.recompute_set = self._recompute_ops()
         self.stages, self.virtual = self.sg.pipeline
         self.chunks = self.stages * self.virtual
         self.schedule = schedule
-        self.producer = {t: op for op in self.g.ops for t in op.outputs}
+        self.producer = {t: op for op in prop.ops for t in op.outputs}
         self.params = set(self.g.params)
         self.chunk = self.assign_chunks()
         self.crossings = self.find_crossings()

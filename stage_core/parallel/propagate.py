@@ -4,7 +4,13 @@ Per mesh axis, each op's inputs arrive as Replicate, Partial or Shard on one of
 the op's index letters.  The rules (WORKED-EXAMPLES.md):
 
 1. Partial inputs: an op that is a sum of its inputs (``partial_ok``) passes
-   all-Partial inputs through.  Otherwise each Partial input is reduced first:
+   all-Partial inputs through; with two or more Partial inputs its Replicate
+   inputs join them as Partial (free: one rank keeps the value), so the partial
+   sums that meet at one tensor are added on the rank and reduced once (the
+   gradient of SwiGLU's input from its gate and up projections, as Megatron's
+   fused fc1).  Where Sharded inputs meet two or more Partial ones, the Partial
+   ones are first summed by an op of their own (``Propagation.ops`` holds it).
+   Otherwise each Partial input is reduced first:
    to Shard on the letter the op's output wants (a hint), or that another input is
    sharded on, by reduce-scatter; else to Replicate, by all-reduce.
 2. Different letters sharded on one axis: parameters keep theirs (they are
@@ -19,7 +25,9 @@ the op's index letters.  The rules (WORKED-EXAMPLES.md):
    it (``linear_reduce``); a letter only in an output follows the output's hint.
 
 Outputs then move to their hint (a tagged activation's wanted placement, or for
-an activation's gradient the placement of that activation) right after the op.
+an activation's gradient the placement of that activation) right after the op,
+except that a Partial output whose every reader is a sum stays Partial (rule 1
+reduces the sum once).
 Gradients of parameters stay Partial until the gradient sync after the last
 micro-batch.  A redistribution is reused by later ops of the same phase; backward
 redoes what forward did (Megatron re-gathers the sequence-parallel input of a
@@ -31,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ir.graph import Graph
-from ..ir.ops import FORWARD, OPTIMIZER, Op, parse_spec
+from ..ir.ops import FORWARD, OPTIMIZER, OTHER, Op, parse_spec
 from ..ir.tensor import Role, Tensor
 from ..trace import CollectiveType
 from .mesh import RANK_AXES
@@ -63,10 +71,14 @@ class OpPlan:
 
 @dataclass
 class Propagation:
+    """Every op's plan.  ``ops`` is the graph's op list as lowering runs it: the
+    graph's own ops, with a sum whose Partial inputs meet Sharded ones split in two."""
+
     sharded: ShardedGraph
     axes: list[str]
     plans: dict[Op, OpPlan]
     produced: dict[Tensor, dict]
+    ops: list[Op]
 
     def plan(self, op: Op) -> OpPlan:
         return self.plans[op]
@@ -114,6 +126,11 @@ class _Propagator:
         self.produced: dict[Tensor, dict] = {}
         self.avail: dict[tuple[Tensor, str], set] = {}
         self.plans: dict[Op, OpPlan] = {}
+        self.readers: dict[Tensor, list[Op]] = {}
+        for op in self.g.ops:
+            if op.phase != OPTIMIZER:
+                for t in op.inputs:
+                    self.readers.setdefault(t, []).append(op)
 
     # ------------------------------------------------------------------ layouts of leaves
     def start_layout(self, t: Tensor) -> dict:
@@ -154,11 +171,49 @@ class _Propagator:
 
     # ------------------------------------------------------------------ one op
     def run(self) -> Propagation:
+        ops = []
         for op in self.g.ops:
             if op.phase == OPTIMIZER:
+                ops.append(op)
                 continue
-            self.plans[op] = self.plan_op(op)
-        return Propagation(self.sg, self.axes, self.plans, self.produced)
+            for part in self.split_partial_sum(op):
+                self.plans[part] = self.plan_op(part)
+                ops.append(part)
+        return Propagation(self.sg, self.axes, self.plans, self.produced, ops)
+
+    def split_partial_sum(self, op: Op) -> list[Op]:
+        """``op``, or for a sum where two or more Partial inputs meet Sharded ones on an
+        axis: a sum of the Partial inputs (left Partial) and the rest of the sum."""
+        if not op.partial_ok or len(op.inputs) < 3:
+            return [op]
+        layouts = [self.start_layout(t) for t in op.inputs]
+        for axis in self.axes:
+            partial = [i for i, lay in enumerate(layouts) if isinstance(lay.get(axis), Partial)]
+            sharded = [i for i, lay in enumerate(layouts) if isinstance(lay.get(axis), Shard)]
+            if len(partial) >= 2 and sharded:
+                break
+        else:
+            return [op]
+        ins, (out_term,) = parse_spec(op.spec)
+        out = op.outputs[0]
+        part = Tensor(f"{out.name}.partial_sum", out.shape, out.dtype, out.role, out.tags)
+        first = Op(name=f"{op.name}.partial_sum", kind=op.kind, fn=op.fn,
+                   inputs=tuple(op.inputs[i] for i in partial), outputs=(part,),
+                   spec=",".join(ins[i] for i in partial) + "->" + out_term,
+                   flop_terms=((len(partial) - 1, out_term, OTHER),), partial_ok=True, phase=op.phase,
+                   layer=op.layer, block=op.block, attrs=dict(op.attrs), forward_op=op.forward_op)
+        rest = [i for i in range(len(op.inputs)) if i not in partial]
+        second = Op(name=op.name, kind=op.kind, fn=op.fn, inputs=(part, *(op.inputs[i] for i in rest)),
+                    outputs=op.outputs, spec=",".join([out_term] + [ins[i] for i in rest]) + "->" + out_term,
+                    flop_terms=((len(rest), out_term, OTHER),), partial_ok=True, phase=op.phase,
+                    layer=op.layer, block=op.block, attrs=dict(op.attrs), forward_op=op.forward_op)
+        self.readers[part] = [second]
+        return [first, second]
+
+    def sums_only(self, t: Tensor) -> bool:
+        """Every op that reads ``t`` is a sum (a Partial ``t`` may stay Partial for it)."""
+        readers = self.readers.get(t, ())
+        return bool(readers) and all(op.partial_ok for op in readers)
 
     def plan_op(self, op: Op) -> OpPlan:
         ins, outs = parse_spec(op.spec)
@@ -201,8 +256,9 @@ class _Propagator:
             final = natural
             if h is not None and not self.is_param_grad(o):
                 wanted = dict(natural)
+                keep_partial = self.sums_only(o)
                 for axis in self.axes:
-                    if axis in h:
+                    if axis in h and not (keep_partial and isinstance(natural.get(axis), Partial)):
                         wanted = _set(wanted, axis, h[axis])
                 plan.post += self.move(o, natural, wanted, phase)
                 final = wanted
@@ -219,6 +275,9 @@ class _Propagator:
         if any(c == "P" for c in cur):
             if (op.partial_ok or op.kind == "view") and all(c == "P" for c in cur):
                 return new, ["P"] * len(outs), None, []
+            if op.partial_ok and sum(c == "P" for c in cur) >= 2 and all(c in (None, "P") for c in cur):
+                # Replicate terms join the partial sums as Partial (free): one reduction
+                return ["P"] * n, ["P"] * len(outs), None, []
             for i, c in enumerate(cur):
                 if c != "P":
                     continue

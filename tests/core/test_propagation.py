@@ -84,3 +84,48 @@ def test_tp_with_sp_turns_each_all_reduce_into_gather_and_scatter():
     assert {n.comm_size for n in layer if n.comm_type == C.REDUCE_SCATTER} == {s * h * 2}  # full input
     assert {n.comm_size for n in layer if n.comm_type == C.ALL_GATHER} == {s * h * 2 // t}  # per-rank shard
     assert all(n.group == "tp" for n in layer)
+
+
+# --------------------------------------------------------------------------- partial sums meeting at one tensor
+
+
+def _swiglu_with_side_reader(h=64, f=128, s=32):
+    """norm -> SwiGLU MLP (gate, up: column parallel) plus a replicated-weight reader of the
+    norm output (a router's logits), summed into the residual: the norm output's gradient
+    has two Partial parts over tp (gate, up) and one Replicate or Sharded part."""
+    from stage_core.ir import blocks
+    from stage_core.ir.builder import GraphBuilder
+
+    g = GraphBuilder("swiglu", dims={"h": h, "f": f, "V": 128, "r": 8}, dtype="bf16")
+    x, labels, wte = blocks.embed(g)
+    y = blocks.norm(g, x, "norm")
+    mlp = blocks.swiglu_mlp(g, y)
+    side = g.einsum("bsh,hr->bsr", y, g.param("side.weight", ("h", "r")), name="side")
+    back = g.einsum("bsr,rh->bsh", side, g.param("side_out.weight", ("r", "h")), name="side_out")
+    x = g.add(x, g.add(mlp, back, name="join"), name="residual", tags=("residual",))
+    return blocks.lm_head(g, x, labels, wte, tied=True), s
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_partial_gradients_meeting_at_one_tensor_are_reduced_once(sp):
+    forward, s = _swiglu_with_side_reader()
+    plan = Plan(tp=2, sp=sp)
+    sg = ShardedGraph(differentiate(forward), {"tp": 2})
+    sg.shard_params("tp", ("f", "V"))
+    sg.hint("residual", "tp", Shard("s") if sp else R)
+    prop = propagate(sg)
+    low = lower(prop, plan, Mesh.from_plan(plan), dict(forward.dims, b=1, s=s))
+    acc = [n for n in colls(low) if "norm.grad_acc" in n.name]
+    # gate and up give Partial input gradients over tp; the side reader's is Replicate
+    # (without SP: it joins the sum as Partial) or Sharded on s (with SP: the two
+    # Partial parts are summed by an op of their own first): one reduction either way
+    assert [n.comm_type for n in acc] == [C.REDUCE_SCATTER if sp else C.ALL_REDUCE]
+    assert acc[0].comm_size == s * 64 * 2
+    split = [op.name for op in prop.ops if op.name.endswith("partial_sum")]
+    assert split == (["norm.grad_acc.norm.partial_sum"] if sp else [])
+    # the split keeps the sum's FLOPs: three parts, two adds per element
+    acc_flops = sum(n.num_ops for n in low.programs[0].nodes if "norm.grad_acc" in n.name and n.comm_type is None)
+    if sp:  # the Partial pair on the whole sequence, then the reduced sum plus the side part on s/2
+        assert acc_flops == s * 64 + (s // 2) * 64
+    else:
+        assert acc_flops == 2 * s * 64
