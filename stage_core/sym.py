@@ -9,6 +9,7 @@ integers: no ``subs``/``evalf`` per configuration.
 
 from __future__ import annotations
 
+from fractions import Fraction
 from functools import lru_cache
 from typing import Iterable, Mapping, Sequence
 
@@ -98,6 +99,13 @@ class Evaluator:
                 raise ValueError(f"{e} = {n}/{d} is not a whole number for {dict(values)}")
             out.append(q)
         return out
+
+    def fractions(self, values: Mapping[str, int]) -> list[Fraction]:
+        """Every expression as an exact fraction (for sizes that need not be whole)."""
+        args = [int(values[n]) for n in self.names]
+        nums = self._num(*args)
+        dens = [1] * len(nums) if self._trivial_den else self._den(*args)
+        return [Fraction(int(n), int(d)) for n, d in zip(nums, dens)]
 
 
 def evaluate(e, values: Mapping[str, int]) -> int:

@@ -521,7 +521,8 @@ class GraphBuilder:
         ``weights`` [tokens..., E] (from :meth:`router`) says which k experts each
         token goes to.  Each expert has c slots, c = tokens·k·cf/E with cf the
         ``capacity_factor`` (``None``: dropless, cf = 1, the uniform-routing
-        average); c is an exact expression of the token dims.  Letters: tokens as
+        average); c is an exact expression of the token dims, not always whole
+        (lowering keeps E·c whole and rounds a capacity up per rank).  Letters: tokens as
         :meth:`_token_letters` (``bs``), ``e`` experts, ``c`` slots, ``h`` the row.
         ``attrs`` record how token letters map to the slot letter, so expert
         parallel can turn the token→expert regrouping into an all-to-all.

@@ -57,12 +57,22 @@ class Lowered:
 
 
 class Sizes:
-    """Numeric values of every size expression the graph uses, evaluated once."""
+    """Numeric values of every size expression the graph uses, evaluated once.
+
+    Sizes are whole numbers, except the slots of a MoE expert (the letter ``c`` of a
+    dispatch, tokens·k/E per expert): tokens spread over experts in whole numbers, some
+    experts a row more than others, so the slots per expert are an exact fraction whose
+    product with the experts (``e·c``, which every expert op and tensor has) is whole.
+    With a capacity factor each rank pads every expert to Megatron's capacity
+    ⌈tokens·k·cf/E⌉ of its own tokens.
+    """
 
     def __init__(self, prop: Propagation, values: dict[str, int]):
         g = prop.sharded.graph
+        self.degrees = prop.sharded.degrees
+        slots = self._slot_sources(prop)
         exprs: dict = {}
-        for op in g.ops:
+        for op in prop.ops:
             for e in op.letter_sizes.values():
                 exprs.setdefault(e, None)
             for t in op.inputs + op.outputs:
@@ -71,13 +81,26 @@ class Sizes:
         for t in list(g.params) + list(g.inputs):
             for d in t.shape:
                 exprs.setdefault(d, None)
-        keys = list(exprs)
+        keys = [e for e in exprs if e not in slots]
         try:
             numbers = sym.Evaluator(keys)(values)
         except ValueError as exc:
             raise UsageError(f"model sizes do not come out whole for this plan: {exc}") from None
-        self.value = dict(zip(keys, numbers))
-        self.degrees = prop.sharded.degrees
+        self.value: dict = dict(zip(keys, numbers))
+        for (e, (sources, dropless)), per_expert in zip(slots.items(), sym.Evaluator(list(slots)).fractions(values)):
+            if not dropless:
+                per_expert = sources * -(-per_expert // sources)  # each source rank rounds its capacity up
+            self.value[e] = per_expert.numerator if per_expert.denominator == 1 else per_expert
+
+    def _slot_sources(self, prop: Propagation) -> dict:
+        """The slot expression of each MoE dispatch -> (ranks whose tokens it gathers, dropless)."""
+        out = {}
+        for op in prop.ops:
+            if op.phase == FORWARD and op.attrs.get("moe") == "dispatch":
+                layout = prop.plan(op).in_layouts[0]
+                sources = self.deg(a for a, p in layout.items() if isinstance(p, Shard))
+                out[op.attrs["capacity"]] = (sources, bool(op.attrs.get("dropless")))
+        return out
 
     def deg(self, axes: Iterable[str]) -> int:
         n = 1
@@ -91,6 +114,9 @@ class Sizes:
             size = self.value[e]
             axes = plan.letter_axes.get(letter, ())
             d = self.deg(axes)
+            if isinstance(size, Fraction):  # expert slots: whole only with the experts
+                out[letter] = size / d
+                continue
             if size % d:
                 raise UsageError(
                     f"{'×'.join(axes)} degree {d} does not divide dim {e} = {size} used by op {op.name}; "
@@ -112,15 +138,27 @@ class Sizes:
         for i, d in enumerate(t.shape):
             size = self.value[d]
             div = shards.get(i, 1)
+            if isinstance(size, Fraction):
+                n *= size / div
+                continue
             if size % div:
                 raise UsageError(
                     f"degree {div} does not divide dim {d} = {size} of tensor {t.name}; choose a degree that divides {size}"
                 )
             n *= size // div
-        return -(-n // flat)
+        return -(-_whole(n, t.name) // flat)
 
     def nbytes(self, t: Tensor, layout: dict | None = None) -> int:
         return self.numel(t, layout) * t.itemsize
+
+
+def _whole(n, what: str) -> int:
+    """``n`` as an int; a fraction here means a size that uses expert slots without the experts."""
+    if isinstance(n, Fraction):
+        if n.denominator != 1:
+            raise ValueError(f"{what}: {n} is not a whole number (expert slots are whole only per expert set)")
+        return n.numerator
+    return n
 
 
 def _times(coeff, n: int) -> int:
@@ -135,12 +173,12 @@ def _cost(op: Op, letters: dict[str, int]) -> tuple[int, int, int]:
     """(matmul FLOPs, other FLOPs, bytes) of one op from its local letter sizes."""
     mm = other = 0
     for coeff, lets, kind in op.flop_terms:
-        value = _times(coeff, prod(letters[c] for c in lets))
+        value = _times(coeff, _whole(prod(letters[c] for c in lets), op.name))
         if kind == MATMUL:
             mm += value
         else:
             other += value
-    nbytes = sum(int(per) * prod(letters[c] for c in lets) for per, lets in op.byte_terms)
+    nbytes = sum(int(per) * _whole(prod(letters[c] for c in lets), op.name) for per, lets in op.byte_terms)
     return mm, other, nbytes
 
 
@@ -307,6 +345,7 @@ class Lowerer:
                 size = per
                 for c in lets:
                     size *= letters[c]
+                size = _whole(size, op.name)
                 last = prog.coll(f"{tag}.{op.name}:{COMM_KEYS[kind]}.{axis}", kind, size, self.key(axis), (last,))
             out_deps = (last,)
         for t, layout in zip(op.outputs, plan.out_layouts):

@@ -237,15 +237,14 @@ class _Propagator:
         for axis in self.axes:
             cur = [_letter(layout, axis, term) for layout, term in zip(start, ins)]
             out_hint = [_letter(h, axis, term) if h else None for h, term in zip(hints, outs)]
-            new_in, new_out, keep, kcomms = self.resolve_axis(op, axis, ins, outs, cur, out_hint, pinned, grad_pins)
+            new_in, new_out, kept, kcomms = self.resolve_axis(op, axis, ins, outs, cur, out_hint, pinned, grad_pins)
             for i, letter in enumerate(new_in):
                 target[i] = _set(target[i], axis, _placement(letter, ins[i]))
             for j, letter in enumerate(new_out):
                 out_layouts[j] = _set(out_layouts[j], axis, _placement(letter, outs[j]))
-            if keep is not None:
-                for letter in {keep} | set(self.token_slot_equivalents(op, [keep])):
-                    if letter in op.letter_sizes:
-                        plan.letter_axes[letter] = plan.letter_axes.get(letter, ()) + (axis,)
+            for letter in kept:
+                if letter in op.letter_sizes:
+                    plan.letter_axes[letter] = plan.letter_axes.get(letter, ()) + (axis,)
             plan.kernel_comms += kcomms
 
         for t, s, tgt in zip(op.inputs, start, target):
@@ -274,10 +273,10 @@ class _Propagator:
         # 1. partial inputs
         if any(c == "P" for c in cur):
             if (op.partial_ok or op.kind == "view") and all(c == "P" for c in cur):
-                return new, ["P"] * len(outs), None, []
+                return new, ["P"] * len(outs), (), []
             if op.partial_ok and sum(c == "P" for c in cur) >= 2 and all(c in (None, "P") for c in cur):
                 # Replicate terms join the partial sums as Partial (free): one reduction
-                return ["P"] * n, ["P"] * len(outs), None, []
+                return ["P"] * n, ["P"] * len(outs), (), []
             for i, c in enumerate(cur):
                 if c != "P":
                     continue
@@ -296,7 +295,7 @@ class _Propagator:
         # into by a MoE dispatch or combine are one sharding seen from two sides)
         letters = [c for c in new if c is not None]
         keep = None
-        equiv = self.token_slot_equivalents(op, letters)
+        equiv = self.token_slot_equivalents(op, letters, axis, out_hint)
         if equiv:
             keep = next(c for c in letters if c in equiv)
             letters = [keep if c in equiv else c for c in letters]
@@ -358,22 +357,37 @@ class _Propagator:
             if letter is None and out_hint[j] not in (None, "P") and all(out_hint[j] not in t for t in ins):
                 letter = out_hint[j]  # a scatter writes only its shard of an output-only dim
             out.append(letter)
-        return new, out, keep, kcomms
+        # the letters this axis shards: the kept one, and for a MoE regrouping the
+        # token letter and slot letter it stands for together
+        if keep is None:
+            kept = ()
+        elif equiv and keep in equiv:
+            kept = tuple(sorted(equiv))
+        else:
+            kept = (keep,)
+        return new, out, kept, kcomms
 
-    @staticmethod
-    def token_slot_equivalents(op: Op, sharded: list[str]) -> frozenset:
+    def token_slot_equivalents(self, op: Op, sharded: list[str], axis: str, hints=()) -> frozenset:
         """For a MoE dispatch/combine: {token letter sharded here, slot letter}, else empty.
 
         Dispatch regroups each rank's tokens into that rank's part of every expert's
-        slots, so a split of the tokens is a split of the slots."""
+        slots, so a split of the tokens is a split of the slots.  The token letter is
+        the one sharded on this axis: on an input, else in an output's hint, else in
+        the forward op's plan (the sequence under SP and CP, the batch under DP)."""
         slot = op.attrs.get("slot_letter")
         if not slot or not sharded:
             return frozenset()
         tokens = op.attrs.get("token_letters", "")
-        group = set(tokens) | {slot}
-        if not set(sharded) <= group:
+        if not set(sharded) <= set(tokens) | {slot}:
             return frozenset()
-        token = next((c for c in sharded if c in tokens), tokens[:1])
+        token = next((c for c in sharded if c in tokens), None)
+        if token is None:
+            token = next((c for c in hints if c is not None and c in tokens), None)
+        if token is None and op.forward_op in self.plans:
+            fwd = self.plans[op.forward_op].letter_axes
+            token = next((c for c in tokens if axis in fwd.get(c, ())), None)
+        if token is None:
+            raise PropagationError(f"op {op.name}: its slots are sharded on {axis} but no token letter is")
         return frozenset({token, slot})
 
     # ------------------------------------------------------------------ moving a tensor

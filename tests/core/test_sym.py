@@ -34,3 +34,13 @@ def test_expressions_compile_once_to_python_arithmetic():
     # the compiled function is plain Python; no sympy objects in the result
     ev = sym.Evaluator([sp.Integer(3) * sym.dim("x")])
     assert type(ev({"x": 5})[0]) is int
+
+
+def test_evaluator_fractions_are_exact_where_a_size_is_not_whole():
+    from fractions import Fraction
+
+    b, s = sym.dims("b s")
+    ev = sym.Evaluator([b * s * 2 / 8, b * s])
+    assert ev.fractions({"b": 1, "s": 1001}) == [Fraction(1001, 4), Fraction(1001)]
+    with pytest.raises(ValueError, match="not a whole number"):
+        ev({"b": 1, "s": 1001})

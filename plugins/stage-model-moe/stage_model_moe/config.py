@@ -43,8 +43,9 @@ class MoEConfig(ModelConfig):
     ``experts`` SwiGLU experts of width ``expert_ffn_hidden`` and, when
     ``shared_expert_ffn_hidden`` > 0, a shared SwiGLU MLP of that (total) width, gated by
     a sigmoid when ``shared_expert_gate`` (Qwen2-MoE).  ``capacity_factor``: None for
-    dropless routing (each expert gets the uniform-routing average of tokens), else the
-    expert capacity is tokens·k·capacity_factor/experts.
+    dropless routing (each expert gets its uniform-routing share of the tokens, in whole
+    rows), else every expert is padded to Megatron's capacity
+    ⌈tokens·k·capacity_factor/experts⌉ of each rank's tokens.
 
     ``mtp_layers`` (DeepSeek's num_nextn_predict_layers) is kept for the Hugging Face
     round trip only: the multi-token-prediction module is not part of the built graph.

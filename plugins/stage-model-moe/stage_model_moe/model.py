@@ -33,7 +33,9 @@ Layout (the conventions STAGE's parallel strategies read):
 
 The capacity c of every expert is b·s·k·cf/E (cf = capacity_factor, 1 when dropless),
 an exact expression of the dims, so expert FLOPs are exactly k/E of the tokens' rows
-per expert under uniform routing.
+per expert under uniform routing.  It need not be whole: lowering spreads the rows
+over the experts in whole numbers (E·c, the total, is whole) and, with a capacity
+factor, rounds each rank's capacity up as Megatron does.
 
 Embedding, norms, GQA attention, the dense SwiGLU MLPs and the head are the core's
 standard blocks (:mod:`stage_core.ir.blocks`); MLA and the MoE block are this plugin's.
