@@ -23,6 +23,7 @@ from .errors import PluginError, StageError, TraceError, UsageError
 from .models import param_counts
 from .parallel.plan import DEFAULT_ORDER, RECOMPUTE, Plan, parse_stage_layers
 from .plugins import PluginHost
+from .records import PlanSpec
 
 PROG = "stage"
 
@@ -35,37 +36,38 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_plan_flags(p: argparse.ArgumentParser) -> None:
+    # every default is None: a flag left out takes the --plan's value, else the Plan default
     g = p.add_argument_group("model")
     g.add_argument("--model", help=f"a preset name (see `stage models`) or a Hugging Face config.json "
                                    f"(default: {DEFAULT_MODEL})")
     g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a field of the model config (repeatable)")
     g = p.add_argument_group("parallel plan")
+    g.add_argument("--plan", metavar="NAME", help="start from a named plan (see `stage plans`); the flags given "
+                                                  "alongside override its settings")
     for axis, text in (("dp", "data parallel"), ("tp", "tensor parallel"), ("pp", "pipeline parallel"),
                        ("cp", "context parallel"), ("ep", "expert parallel (carved out of dp x cp)")):
-        g.add_argument(f"--{axis}", type=int, default=None, metavar="N", help=f"{text} degree (default 1)")
-    g.add_argument("--sp", action=argparse.BooleanOptionalAction, default=False,
-                   help="Megatron sequence parallel (with --tp)")
-    g.add_argument("--zero", type=int, default=0, metavar="0|1|2|3", help="ZeRO stage (3 = FSDP); default 0")
-    g.add_argument("--recompute", default="none", metavar="|".join(RECOMPUTE),
-                   help="activation recompute; default none")
-    g.add_argument("--schedule", default="1f1b", metavar="gpipe|1f1b|interleaved", help="pipeline schedule")
-    g.add_argument("--virtual-stages", type=int, default=1, metavar="V", help="virtual stages per pipeline rank")
-    g.add_argument("--stage-layers", default=None, metavar="auto|N,N,...",
+        g.add_argument(f"--{axis}", type=int, metavar="N", help=f"{text} degree (default 1)")
+    g.add_argument("--sp", action=argparse.BooleanOptionalAction, help="Megatron sequence parallel (with --tp)")
+    g.add_argument("--zero", type=int, metavar="0|1|2|3", help="ZeRO stage (3 = FSDP); default 0")
+    g.add_argument("--recompute", metavar="|".join(RECOMPUTE), help="activation recompute; default none")
+    g.add_argument("--schedule", metavar="gpipe|1f1b|interleaved", help="pipeline schedule (default 1f1b)")
+    g.add_argument("--virtual-stages", type=int, metavar="V", help="virtual stages per pipeline rank")
+    g.add_argument("--stage-layers", metavar="auto|N,N,...",
                    help="layers per pipeline stage (pp x virtual-stages counts, in order), or auto: balanced by "
                         "compute, the embedding and the LM head counted as one layer each (default: an even split)")
-    g.add_argument("--grad-dtype", default="bf16", metavar="bf16|fp32",
+    g.add_argument("--grad-dtype", metavar="bf16|fp32",
                    help="gradient buffers and their reduction (default bf16; Megatron keeps fp32 main grads)")
-    g.add_argument("--optimizer-dtype", default="fp32", metavar="fp32|bf16",
+    g.add_argument("--optimizer-dtype", metavar="fp32|bf16",
                    help="master weights, momentum and variance (default fp32)")
     g = p.add_argument_group("batch")
-    g.add_argument("--seq-len", type=int, default=None, metavar="S", help="tokens per sequence (default: the model's)")
-    g.add_argument("--micro-batch-size", type=int, default=1, metavar="b", help="sequences per micro-batch (default 1)")
-    g.add_argument("--micro-batches", type=int, default=None, metavar="m",
+    g.add_argument("--seq-len", type=int, metavar="S", help="tokens per sequence (default: the model's)")
+    g.add_argument("--micro-batch-size", type=int, metavar="b", help="sequences per micro-batch (default 1)")
+    g.add_argument("--micro-batches", type=int, metavar="m",
                    help="micro-batches per step (gradient accumulation; default 1)")
-    g.add_argument("--global-batch", type=int, default=None, metavar="B",
+    g.add_argument("--global-batch", type=int, metavar="B",
                    help="sequences per step; sets micro-batches to B / (dp x micro-batch-size)")
-    g.add_argument("--order", default=DEFAULT_ORDER, help=f"rank order, fastest first (default {DEFAULT_ORDER})")
+    g.add_argument("--order", help=f"rank order, fastest first (default {DEFAULT_ORDER})")
 
 
 def _overrides(pairs: Sequence[str]) -> dict[str, str]:
@@ -78,22 +80,56 @@ def _overrides(pairs: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def plan_from_args(args) -> tuple[str, dict[str, str], Plan, bool]:
-    """(model, overrides, plan, used_default) from parsed flags."""
+#: parsed keys that are not plan settings
+_NOT_PLAN = ("command", "run", "json", "plan")
+
+
+def with_plan_preset(args, spec: PlanSpec):
+    """``args`` with the settings of the named plan ``spec`` filled in where no flag was given.
+
+    A batch given either way (--micro-batches or --global-batch) replaces the plan's
+    batch; --set pairs add to the plan's."""
+    try:
+        preset = build_parser(None).parse_args(["report", *spec.flags()])
+    except UsageError as exc:
+        raise PluginError(f"plan {spec.name!r} of plugin {spec.plugin!r} has a bad setting: {exc}") from None
+    merged = argparse.Namespace(**vars(args))
+    batch_given = args.micro_batches is not None or args.global_batch is not None
+    for key, value in vars(preset).items():
+        if key in _NOT_PLAN or value is None:
+            continue
+        if key == "set":
+            merged.set = list(value) + list(args.set)
+        elif key in ("micro_batches", "global_batch") and batch_given:
+            continue
+        elif getattr(args, key, None) is None:
+            setattr(merged, key, value)
+    return merged
+
+
+def plan_from_args(args, host: PluginHost | None = None) -> tuple[str, dict[str, str], Plan, bool]:
+    """(model, overrides, plan, used_default) from parsed flags (and the --plan they name)."""
     degrees_given = any(getattr(args, a) is not None for a in ("dp", "tp", "pp", "cp", "ep"))
-    used_default = args.model is None and not degrees_given and not args.set
+    used_default = args.model is None and not degrees_given and not args.set and not args.plan
+    if args.plan:
+        args = with_plan_preset(args, (host or PluginHost()).plan(args.plan))
     model = args.model or DEFAULT_MODEL
     base = DEFAULT_PLAN if used_default else Plan()
-    dp = args.dp if args.dp is not None else base.dp
+
+    def given(name: str):
+        value = getattr(args, name)
+        return getattr(base, name) if value is None else value
+
+    dp, micro_batch_size = given("dp"), given("micro_batch_size")
     micro_batches = args.micro_batches
     if args.global_batch is not None:
         if args.global_batch < 1:
             raise UsageError(f"--global-batch {args.global_batch}: must be a positive integer")
-        per_step = dp * args.micro_batch_size if dp > 0 and args.micro_batch_size > 0 else 0
+        per_step = dp * micro_batch_size if dp > 0 and micro_batch_size > 0 else 0
         if per_step <= 0:
             pass  # Plan.check_basic names the bad degree
         elif args.global_batch % per_step:
-            valid = [d for d in range(1, args.global_batch + 1) if args.global_batch % (d * args.micro_batch_size) == 0]
+            valid = [d for d in range(1, args.global_batch + 1) if args.global_batch % (d * micro_batch_size) == 0]
             raise UsageError(
                 f"--dp {dp}: dp x micro-batch-size ({per_step}) must divide the global batch {args.global_batch}; "
                 f"valid --dp: {', '.join(map(str, valid))}"
@@ -103,16 +139,15 @@ def plan_from_args(args) -> tuple[str, dict[str, str], Plan, bool]:
             if micro_batches is not None and micro_batches != derived:
                 raise UsageError(
                     f"--micro-batches {micro_batches} contradicts --global-batch {args.global_batch} "
-                    f"(which gives {derived} with dp {dp} and micro-batch size {args.micro_batch_size})"
+                    f"(which gives {derived} with dp {dp} and micro-batch size {micro_batch_size})"
                 )
             micro_batches = derived
     plan = Plan(
-        dp=dp, tp=1 if args.tp is None else args.tp, pp=1 if args.pp is None else args.pp,
-        cp=1 if args.cp is None else args.cp, ep=1 if args.ep is None else args.ep,
-        sp=args.sp, zero=args.zero, recompute=args.recompute, schedule=args.schedule,
-        virtual_stages=args.virtual_stages, seq_len=args.seq_len, micro_batch_size=args.micro_batch_size,
-        micro_batches=1 if micro_batches is None else micro_batches, order=args.order,
-        grad_dtype=args.grad_dtype, optimizer_dtype=args.optimizer_dtype,
+        dp=dp, tp=given("tp"), pp=given("pp"), cp=given("cp"), ep=given("ep"), sp=given("sp"), zero=given("zero"),
+        recompute=given("recompute"), schedule=given("schedule"), virtual_stages=given("virtual_stages"),
+        seq_len=args.seq_len, micro_batch_size=micro_batch_size,
+        micro_batches=base.micro_batches if micro_batches is None else micro_batches, order=given("order"),
+        grad_dtype=given("grad_dtype"), optimizer_dtype=given("optimizer_dtype"),
         stage_layers=None if args.stage_layers is None else parse_stage_layers(args.stage_layers),
     )
     return model, _overrides(args.set), plan, used_default
@@ -142,7 +177,7 @@ def _ranks_text(ranks: Sequence[int]) -> str:
 
 
 def cmd_generate(host: PluginHost, args) -> int:
-    model, overrides, plan, used_default = plan_from_args(args)
+    model, overrides, plan, used_default = plan_from_args(args, host)
     check_output_dir(args.output)  # before any work
     out = Path(args.output)
     start = time.perf_counter()
@@ -173,13 +208,14 @@ def _plan_text(plan: Plan) -> str:
 
 
 def cmd_report(host: PluginHost, args) -> int:
-    model, overrides, plan, _ = plan_from_args(args)
+    model, overrides, plan, _ = plan_from_args(args, host)
     result = plan_job(host, model, overrides, plan)
     if args.json:
         print(json.dumps(result.manifest, indent=2))
         return 0
     m = result.manifest
-    print(f"{result.config.name}  {_plan_text(result.plan)}  world {m['world_size']}  "
+    named = f"  (plan {args.plan})" if args.plan else ""
+    print(f"{result.config.name}  {_plan_text(result.plan)}  world {m['world_size']}{named}  "
           f"(per rank, per training step; FLOPs and bytes)")
     if result.plan.pp > 1:
         print(f"layers per pipeline stage: {','.join(map(str, m['plan']['stage_layers']))}")
@@ -235,6 +271,24 @@ def cmd_models(host: PluginHost, args) -> int:
     return 0
 
 
+def cmd_plans(host: PluginHost, args) -> int:
+    plans = host.plans()
+    if args.json:
+        print(json.dumps([{"name": p.name, "plugin": p.plugin, "world_size": p.world_size,
+                           "settings": dict(p.settings), "flags": p.flags(), "description": p.description,
+                           "source": p.source} for p in plans], indent=2))
+        return 0
+    if not plans:
+        print("no plans: install a plugin that registers some (stage-parallel)" + host.broken_hint())
+        return 0
+    width = max(len(p.name) for p in plans)
+    print(f"{'plan':<{width}}  {'GPUs':>6}  flags (apply with --plan NAME; flags given alongside override)")
+    for p in plans:
+        print(f"{p.name:<{width}}  {p.world_size:>6,}  {' '.join(p.flags())}")
+        print(f"{'':<{width}}  {'':>6}  {p.description}" + (f" [{p.source}]" if p.source else ""))
+    return 0
+
+
 def cmd_plugins(host: PluginHost, args) -> int:
     infos = host.info()
     if args.json:
@@ -284,6 +338,10 @@ def build_parser(host: PluginHost | None) -> argparse.ArgumentParser:
     p = sub.add_parser("models", help="list model presets with their parameter counts")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_models)
+
+    p = sub.add_parser("plans", help="list named parallel plans (published training setups) for --plan")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_plans)
 
     p = sub.add_parser("plugins", help="list installed plugins and what they provide")
     p.add_argument("--json", action="store_true")

@@ -11,7 +11,7 @@ Hooks, by lifecycle:
 
 1. what exists: :func:`stage_models`, :func:`stage_strategies`,
    :func:`stage_schedules`, :func:`stage_trace_backends`, :func:`stage_commands`,
-   :func:`stage_executors`
+   :func:`stage_executors`, :func:`stage_plans`
 2. resolving input: :func:`stage_config_from_hf`
 """
 
@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 
 import pluggy
 
-from .records import BackendSpec, CommandSpec, ExecutorSpec, ModelSpec, ScheduleSpec, StrategySpec
+from .records import BackendSpec, CommandSpec, ExecutorSpec, ModelSpec, PlanSpec, ScheduleSpec, StrategySpec
 
 PROJECT = "stage"
 
@@ -132,6 +132,24 @@ def stage_executors() -> Sequence[ExecutorSpec]:
                     yield i, fn(item)
             return [ExecutorSpec(name="serial", run=serial,
                                  description="one point after the other, in this process")]
+    """
+
+
+@_hookspec
+def stage_plans() -> Sequence[PlanSpec]:
+    """Register named parallel plans (published training setups) for ``--plan NAME``.
+
+    :return: a list of :class:`~stage_core.records.PlanSpec`.
+
+    Example::
+
+        @hookimpl
+        def stage_plans():
+            return [PlanSpec(name="gpt3-175b-megatron",
+                             settings={"model": "gpt3-175b", "tp": 8, "pp": 8, "dp": 16,
+                                       "schedule": "interleaved", "virtual-stages": 2},
+                             description="GPT-3 175B as Megatron-LM trains it",
+                             source="Narayanan et al. 2021")]
     """
 
 

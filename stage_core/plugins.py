@@ -25,7 +25,7 @@ import pluggy
 from . import hookspecs
 from .errors import PluginError, UsageError
 from .hookspecs import PROJECT
-from .records import (BackendSpec, CommandSpec, ExecutorSpec, ModelSpec, PluginInfo, ScheduleSpec,
+from .records import (BackendSpec, CommandSpec, ExecutorSpec, ModelSpec, PlanSpec, PluginInfo, ScheduleSpec,
                       StrategySpec)
 
 #: modules of the core that are plugins themselves
@@ -150,6 +150,9 @@ class PluginHost:
     def executors(self) -> list[ExecutorSpec]:
         return self._collect("stage_executors", "executor")
 
+    def plans(self) -> list[PlanSpec]:
+        return self._collect("stage_plans", "plan")
+
     def config_from_hf(self, hf_config: Mapping[str, Any]):
         return self.pm.hook.stage_config_from_hf(hf_config=hf_config)
 
@@ -185,6 +188,14 @@ class PluginHost:
         known = ", ".join(e.name for e in executors) or "none installed (install stage-search)"
         raise UsageError(f"--executor {name}: unknown executor; known: {known}{self.broken_hint()}")
 
+    def plan(self, name: str) -> PlanSpec:
+        plans = self.plans()
+        for p in plans:
+            if p.name == name:
+                return p
+        known = ", ".join(p.name for p in plans) or "none installed (install stage-parallel)"
+        raise UsageError(f"--plan {name}: unknown plan; known: {known} (see stage plans){self.broken_hint()}")
+
     def hf_model_types(self) -> list[str]:
         return sorted({t for s in self.models() for t in s.hf_model_types})
 
@@ -209,6 +220,7 @@ class PluginHost:
         add("trace_backends", self.backends())
         add("commands", self.commands())
         add("executors", self.executors())
+        add("plans", self.plans())
         out = []
         for name, plugin in sorted(self.pm.list_name_plugin(), key=lambda x: x[0]):
             if plugin is None:  # a blocked name

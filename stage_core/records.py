@@ -127,6 +127,46 @@ class ExecutorSpec:
 
 
 @dataclass(frozen=True)
+class PlanSpec:
+    """A named parallel plan, usually a published one: the model and the flags that give it.
+
+    ``settings`` maps ``stage generate``/``report`` flag names without their dashes
+    (``"tp"``, ``"stage-layers"``, ``"global-batch"``, ``"model"``) to values; ``True``
+    and ``False`` turn a switch on or off (``--sp`` / ``--no-sp``), a list repeats the
+    flag (``"set": ["layers=4"]``).  ``--plan NAME`` applies them; flags given on the
+    command line override them.  ``source`` says where the plan is published.
+    """
+
+    name: str
+    settings: Mapping[str, Any]
+    description: str = ""
+    source: str = ""
+    plugin: str = ""
+
+    def flags(self) -> list[str]:
+        """``settings`` as command-line arguments."""
+        out: list[str] = []
+        for key, value in self.settings.items():
+            if value is True:
+                out.append(f"--{key}")
+            elif value is False:
+                out.append(f"--no-{key}")
+            elif isinstance(value, (list, tuple)):
+                for item in value:
+                    out += [f"--{key}", str(item)]
+            else:
+                out += [f"--{key}", str(value)]
+        return out
+
+    @property
+    def world_size(self) -> int:
+        n = 1
+        for axis in ("tp", "cp", "dp", "pp"):
+            n *= int(self.settings.get(axis, 1))
+        return n
+
+
+@dataclass(frozen=True)
 class PluginInfo:
     """What ``stage plugins`` reports about one plugin."""
 

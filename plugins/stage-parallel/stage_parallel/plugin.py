@@ -4,6 +4,7 @@ from stage_core import hookimpl
 from stage_core.records import StrategySpec
 
 from . import strategies as s
+from .plans import builtin_plans
 
 
 @hookimpl
@@ -25,3 +26,8 @@ def stage_strategies():
         StrategySpec("recompute", None, s.validate_recompute, s.apply_recompute, order=50,
                      description="activation recompute: selective (attention core) or full (whole layer)"),
     ]
+
+
+@hookimpl
+def stage_plans():
+    return builtin_plans()
