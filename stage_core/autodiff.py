@@ -16,6 +16,7 @@ import sympy as sp
 
 from . import sym
 from .ir import kernels
+from .ir.builder import pair_terms
 from .ir.graph import Graph
 from .ir.ops import BACKWARD, MATMUL, OPTIMIZER, OTHER, Op, parse_spec
 from .ir.tensor import Role, Tensor
@@ -40,7 +41,8 @@ class _Emitter:
         self._n = 0
 
     def op(self, kind, spec, inputs, grads_of, *, fn="", flop_terms=(), byte_terms=(), linear_reduce=(),
-           whole=(), partial_ok=False, attrs=None, suffix="bwd", out_dtypes=None) -> tuple[Tensor, ...]:
+           whole=(), partial_ok=False, attrs=None, suffix="bwd", out_dtypes=None,
+           free_letters=None) -> tuple[Tensor, ...]:
         fwd = self.fwd
         ins, outs = parse_spec(spec)
         sizes = {}
@@ -70,6 +72,7 @@ class _Emitter:
             block=fwd.block,
             attrs=dict(attrs or {}),
             forward_op=fwd,
+            free_letters=dict(free_letters or {}),
         )
         self.graph.ops.append(op)
         return tuple(outputs)
@@ -219,17 +222,21 @@ def _softmax(e, op, gs, needs):
     return [dx]
 
 
-@vjp("norm", "layernorm", "rmsnorm")
+@vjp("norm", "layernorm", "rmsnorm", "gated_rmsnorm")
 def _norm(e, op, gs, needs):
     ins, (to,) = parse_spec(op.spec)
-    x = op.inputs[0]
-    params = op.inputs[1:]
-    op.saved = (x, *params)
-    last = to[-1]
-    spec = ",".join([to, to] + [last] * len(params)) + "->" + ",".join([to] + [last] * len(params))
-    outs = e.op("norm", spec, [gs[0], x, *params], [x, *params], fn=f"{op.fn}_bwd",
+    rows = [t for t, term in zip(op.inputs, ins) if term == to]  # x (and the gate)
+    params = op.inputs[len(rows):]
+    op.saved = tuple(op.inputs)
+    normed = op.attrs.get("over", to[-1])
+    pterms = ins[len(rows):]
+    spec = ",".join([to] * (1 + len(rows)) + pterms) + "->" + ",".join([to] * len(rows) + pterms)
+    attrs = {"over": normed}
+    if "sharded_whole" in op.attrs:
+        attrs["sharded_whole"] = op.attrs["sharded_whole"]  # the backward's row sums, reduced the same way
+    outs = e.op("norm", spec, [gs[0], *rows, *params], [*rows, *params], fn=f"{op.fn}_bwd",
                 flop_terms=[(kernels.NORM[op.fn][1], to, OTHER)],
-                linear_reduce=[c for c in to if c != last], whole=op.whole)
+                linear_reduce=[c for c in to if not any(c in t for t in pterms)], whole=op.whole, attrs=attrs)
     return [o if need else None for o, need in zip(outs, needs)]
 
 
@@ -272,21 +279,27 @@ def _flash(e, op, gs, needs):
     q, k, v = op.inputs
     o, lse = op.outputs
     op.saved = (q, k, v, o, lse)
-    scale = op.attrs.get("flops_scale", 1)
+    causal = op.attrs.get("causal_flops", op.attrs.get("flops_scale", 1) != 1)
+    window = op.attrs.get("window")
     # FlashAttention backward: recompute Q·K^T, then dV = P^T·dO, dP = dO·V^T,
-    # dQ = dS·K, dK = dS^T·Q: five matmuls over the score space
-    terms = [(5 * 2 * scale, "bsgrdk", MATMUL), (kernels.SOFTMAX[1] * scale, "bgrsk", OTHER)]
-    spec = "bsgrd,bsgrd,bkgd,bkgd,bsgrd,bgrs->bsgrd,bkgd,bkgd"
-    attrs = {"flops_scale": scale}
-    if op.attrs.get("separate_value_dim"):
+    # dQ = dS·K, dK = dS^T·Q: five matmuls over the score space; a soft-cap is
+    # recomputed with the scores and differentiated (its forward and backward counts)
+    per_score = kernels.SOFTMAX[1] + (sum(kernels.SOFTCAP) if "softcap" in op.attrs else 0)
+    value = "v" if op.attrs.get("separate_value_dim") else "d"
+    if value == "d":
+        terms = pair_terms(5 * 2, "bsgrdk", MATMUL, causal, window)
+        spec = "bsgrd,bsgrd,bkgd,bkgd,bsgrd,bgrs->bsgrd,bkgd,bkgd"
+    else:
         # v and the output over their own head dim (letter v): Q·K^T, dQ, dK over d; dV, dP over v
-        terms = [(3 * 2 * scale, "bsgrdk", MATMUL), (2 * 2 * scale, "bsgrvk", MATMUL),
-                 (kernels.SOFTMAX[1] * scale, "bgrsk", OTHER)]
+        terms = pair_terms(3 * 2, "bsgrdk", MATMUL, causal, window) + pair_terms(2 * 2, "bsgrvk", MATMUL, causal,
+                                                                                  window)
         spec = "bsgrv,bsgrd,bkgd,bkgv,bsgrv,bgrs->bsgrd,bkgd,bkgv"
-        attrs["separate_value_dim"] = True
+    terms += pair_terms(per_score, "bgrsk", OTHER, causal, window)
+    attrs = {key: op.attrs[key] for key in ("flops_scale", "causal_flops", "separate_value_dim", "window", "softcap")
+             if key in op.attrs}
     outs = e.op("fused", spec,
                 [gs[0], q, k, v, o, lse], [q, k, v], fn="flash_attention_bwd", flop_terms=terms,
-                whole=["k"], linear_reduce=["s", "r"], attrs=attrs)
+                whole=["k"], linear_reduce=["s", "r"], attrs=attrs, free_letters=op.free_letters)
     return [x if need else None for x, need in zip(outs, needs)]
 
 
@@ -425,6 +438,16 @@ def activation_bytes(graph: Graph):
 # (appended with GraphBuilder.router, .dispatch, .combine, .concat and the sigmoid kernel)
 
 RULES[("elementwise", "sigmoid")] = _unary_saving_input
+RULES[("elementwise", "relu2")] = _unary_saving_input
+RULES[("elementwise", "geglu")] = _binary_product
+
+
+@vjp("elementwise", "softcap")
+def _softcap(e, op, gs, needs):
+    """y = c·tanh(x/c): the backward reads y (dy·(1 - (y/c)²)), not x."""
+    (y,) = op.outputs
+    op.saved = (y,)
+    return [_pointwise_bwd(e, op, gs[0], [y], kernels.SOFTCAP[1], op.inputs[0]) if needs[0] else None]
 
 
 @vjp("fused", "moe_router")

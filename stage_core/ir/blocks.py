@@ -63,21 +63,27 @@ def embed(g: GraphBuilder, *, positions: bool = False, tags=RESIDUAL) -> tuple[T
     return g.embedding(tokens, wte, wpe, name="embed", tags=tags), labels, wte
 
 
-def norm(g: GraphBuilder, x: Tensor, name: str, kind: str = "rmsnorm", *, bias: bool = False) -> Tensor:
-    """``kind`` (``rmsnorm``, ``layernorm``) over the last dim of ``x``: op ``name``, weight
-    ``<name>.weight`` (and ``<name>.bias`` with ``bias``) of that dim's size."""
-    width = (x.shape[-1],)
+def norm(g: GraphBuilder, x: Tensor, name: str, kind: str = "rmsnorm", *, bias: bool = False, over: int = 1,
+         partial_sums: bool = False) -> Tensor:
+    """``kind`` (``rmsnorm``, ``layernorm``) over the last ``over`` dims of ``x``: op ``name``,
+    weight ``<name>.weight`` (and ``<name>.bias`` with ``bias``) of those dims' shape;
+    ``partial_sums`` as :meth:`GraphBuilder.norm`."""
+    width = tuple(x.shape[x.rank - over:])
     weight = g.param(f"{name}.weight", width)
-    return g.norm(kind, x, weight, g.param(f"{name}.bias", width) if bias else None, name=name)
+    return g.norm(kind, x, weight, g.param(f"{name}.bias", width) if bias else None, name=name, over=over,
+                  partial_sums=partial_sums)
 
 
 def lm_head(g: GraphBuilder, x: Tensor, labels: Tensor, wte: Tensor, *, norm_kind: str = "rmsnorm",
-            norm_bias: bool = False, tied: bool = False) -> Graph:
+            norm_bias: bool = False, tied: bool = False, softcap=None) -> Graph:
     """``final_norm`` -> ``head`` (``bsh,vh->bsv``: ``wte`` when ``tied``, else ``head.weight``
-    [V, h]) -> ``loss`` (cross-entropy against ``labels``); returns the finished graph."""
+    [V, h]) -> with ``softcap`` a ``softcap`` kernel on the logits (Gemma 2) -> ``loss``
+    (cross-entropy against ``labels``); returns the finished graph."""
     y = norm(g, x, "final_norm", norm_kind, bias=norm_bias)
     head = wte if tied else g.param("head.weight", sym.dims("V h"))
     logits = g.einsum("bsh,vh->bsv", y, head, name="head")
+    if softcap is not None:
+        logits = g.softcap(logits, softcap, name="softcap")
     return g.finish(g.cross_entropy(logits, labels, name="loss"))
 
 
@@ -97,7 +103,8 @@ def _gqa_shapes() -> dict:
 
 
 def attention_core(g: GraphBuilder, q: Tensor, k: Tensor, v: Tensor, *, kind: str = "flash",
-                   causal_flops: bool = False, dropout: bool = False, prefix: str = "attn") -> Tensor:
+                   causal_flops: bool = False, dropout: bool = False, prefix: str = "attn",
+                   window: int | None = None, softcap=None) -> Tensor:
     """softmax(q·kᵀ)·v in block ``attn_core``: q [b,s,g,r,d], k [b,s,g,d], v [b,s,g,dv] -> [b,s,g,r,dv].
 
     ``flash``: one kernel (``flash``) that keeps q, k, v, the output and the log-sum-exp.
@@ -107,19 +114,32 @@ def attention_core(g: GraphBuilder, q: Tensor, k: Tensor, v: Tensor, *, kind: st
     and P·V (in the flash kernel its softmax's too).  When v's head dim differs from q's and k's (MLA) the context
     einsum gives it a letter of its own (``v``), as the flash kernel does.  Flash
     attention's dropout regenerates its mask and costs nothing here.
+
+    ``window``: sliding-window (local) attention over the last ``window`` keys; the
+    flash kernel counts only those (``GraphBuilder.flash_attention``), while classic
+    attention computes the full s×s scores and masks them, as eager attention does.
+    ``softcap``: ``softcap·tanh(scores/softcap)`` before the softmax (Gemma 2), inside
+    the flash kernel or as a ``softcap`` kernel on the classic scores.
     """
     if kind not in ATTENTION_KINDS:
         raise ValueError(f"unknown attention kind {kind!r}; known: {', '.join(ATTENTION_KINDS)}")
     with g.scope(prefix), g.block("attn_core"):
         if kind == "flash":
-            return g.flash_attention(q, k, v, causal_flops=causal_flops, name="flash")
+            return g.flash_attention(q, k, v, causal_flops=causal_flops, name="flash", window=window,
+                                     softcap=softcap)
         scale = Fraction(1, 2) if causal_flops else 1
         scores = g.einsum("bsgrd,bkgd->bgrsk", q, k, name="scores", flops_scale=scale)
+        if softcap is not None:
+            scores = g.softcap(scores, softcap, name="softcap")
         probs = g.softmax(scores, over=-1, name="softmax")
         if dropout:
             probs = g.dropout(probs, name="dropout")
         vd = "d" if v.shape[-1] == k.shape[-1] or sym.equal(v.shape[-1], k.shape[-1]) else "v"
         return g.einsum(f"bgrsk,bkg{vd}->bsgr{vd}", probs, v, name="context", flops_scale=scale)
+
+
+#: where a q/k norm normalizes: each head over d, or all heads together (OLMo 2)
+QK_NORM_SPANS = ("head", "all")
 
 
 def gqa_attention(
@@ -131,19 +151,27 @@ def gqa_attention(
     dropout: bool = False,
     qkv_bias: bool = False,
     qk_norm: str | None = None,
+    qk_norm_span: str = "head",
     rope: bool = False,
     rope_names: tuple[str, str] = ("q_rope", "k_rope"),
+    window: int | None = None,
+    softcap=None,
     prefix: str = "attn",
 ) -> Tensor:
     """Grouped-query (or multi-head) attention of the normed ``x`` [b,s,h] -> [b,s,h].
 
     Ops under ``prefix``: ``qkv`` (weight [h, g, a/g+2, d]; bias [g, a/g+2, d] with
     ``qkv_bias``) -> ``split`` -> with ``qk_norm`` (a norm kind, e.g. ``rmsnorm``) a
-    per-head ``q_norm`` and ``k_norm`` over d (weights [d]) -> with ``rope`` RoPE on q
-    and on k (ops named ``rope_names``) -> :func:`attention_core` (``kind``,
-    ``causal_flops``, ``dropout``) -> ``proj`` (weight [g, a/g, d, h], no bias: add one
-    in the residual kernel, as Megatron's bias-dropout-add does).
+    ``q_norm`` and ``k_norm``: per head over d (weights [d]; ``qk_norm_span="head"``)
+    or over all of q and all of k (weights [g, a/g, d] and [g, d]; ``"all"``, OLMo 2;
+    under tensor parallel the kernels all-reduce their row statistics) -> with
+    ``rope`` RoPE on q and on k (ops named ``rope_names``) -> :func:`attention_core`
+    (``kind``, ``causal_flops``, ``dropout``, ``window``, ``softcap``) -> ``proj``
+    (weight [g, a/g, d, h], no bias: add one in the residual kernel, as Megatron's
+    bias-dropout-add does).
     """
+    if qk_norm_span not in QK_NORM_SPANS:
+        raise ValueError(f"unknown qk_norm_span {qk_norm_span!r}; known: {', '.join(QK_NORM_SPANS)}")
     shape = _gqa_shapes()
     with g.scope(prefix):
         weight = g.param("qkv.weight", shape["w_qkv"])
@@ -151,12 +179,14 @@ def gqa_attention(
         qkv = g.einsum("bsh,hgcd->bsgcd", x, weight, bias=bias, name="qkv")
         q, k, v = g.split(qkv, "bsgcd->bsgrd,bsgd,bsgd", (shape["q"], shape["kv"], shape["kv"]), name="split")
         if qk_norm:
-            q = norm(g, q, "q_norm", qk_norm)
-            k = norm(g, k, "k_norm", qk_norm)
+            whole = qk_norm_span == "all"
+            q = norm(g, q, "q_norm", qk_norm, over=3 if whole else 1, partial_sums=whole)
+            k = norm(g, k, "k_norm", qk_norm, over=2 if whole else 1, partial_sums=whole)
         if rope:
             q = g.rope(q, name=rope_names[0])
             k = g.rope(k, name=rope_names[1])
-    ctx = attention_core(g, q, k, v, kind=kind, causal_flops=causal_flops, dropout=dropout, prefix=prefix)
+    ctx = attention_core(g, q, k, v, kind=kind, causal_flops=causal_flops, dropout=dropout, prefix=prefix,
+                         window=window, softcap=softcap)
     return output_projection(g, ctx, prefix=prefix)
 
 
@@ -167,19 +197,26 @@ def output_projection(g: GraphBuilder, ctx: Tensor, *, prefix: str = "attn") -> 
 
 
 # ---------------------------------------------------------------------- MLPs
-def swiglu_mlp(g: GraphBuilder, x: Tensor, width=None, *, prefix: str = "mlp") -> Tensor:
-    """SwiGLU MLP [b,s,h] -> [b,s,h]: ``down(swiglu(gate(x), up(x)))``.
+#: the gated MLPs' activation kernels: silu(gate)·up and gelu(gate)·up
+GLU_KINDS = ("swiglu", "geglu")
 
-    Ops ``gate`` and ``up`` (weights [h, width]), ``swiglu``, ``down`` ([width, h]); no
-    biases.  ``width``: a dim (default ``f``), e.g. ``sym.dim("fs")``.
+
+def swiglu_mlp(g: GraphBuilder, x: Tensor, width=None, *, prefix: str = "mlp", act: str = "swiglu") -> Tensor:
+    """Gated MLP [b,s,h] -> [b,s,h]: ``down(act(gate(x), up(x)))``.
+
+    Ops ``gate`` and ``up`` (weights [h, width]), ``act`` (``swiglu`` or ``geglu``,
+    Gemma's), ``down`` ([width, h]); no biases.  ``width``: a dim (default ``f``),
+    e.g. ``sym.dim("fs")``.
     """
+    if act not in GLU_KINDS:
+        raise ValueError(f"unknown gated activation {act!r}; known: {', '.join(GLU_KINDS)}")
     h = sym.dim("h")
     width = sym.dim("f") if width is None else width
     with g.scope(prefix):
         gate = g.einsum("bsh,hf->bsf", x, g.param("gate.weight", (h, width)), name="gate")
         up = g.einsum("bsh,hf->bsf", x, g.param("up.weight", (h, width)), name="up")
-        act = g.swiglu(gate, up, name="swiglu")
-        return g.einsum("bsf,fh->bsh", act, g.param("down.weight", (width, h)), name="down")
+        out = g.elementwise(act, gate, up, name=act)
+        return g.einsum("bsf,fh->bsh", out, g.param("down.weight", (width, h)), name="down")
 
 
 def gelu_mlp(g: GraphBuilder, x: Tensor, width=None, *, prefix: str = "mlp") -> Tensor:

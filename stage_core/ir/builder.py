@@ -29,6 +29,33 @@ def _letters(rank: int) -> str:
     return "abcdefghijklmnopqrstuvwxyz"[:rank]
 
 
+#: the letter of a local-attention window in cost terms: the keys one query reads
+WINDOW_LETTER = "w"
+
+
+def window_letters(window: int, keys) -> dict:
+    """The free letter of a local-attention kernel: w = min(window, keys)."""
+    return {WINDOW_LETTER: sp.Min(sp.Integer(window), sym.expr(keys))}
+
+
+def pair_terms(coeff, letters: str, kind: str, causal: bool, window: int | None) -> list[tuple]:
+    """Cost terms of ``coeff`` per (query, key) pair over ``letters`` (query letter ``s``,
+    key letter ``k``, the other letters their own sizes).
+
+    Full attention: s·k pairs, halved (s·k/2) when ``causal``.  With a ``window``
+    each query reads w = min(window, k) keys: s·w pairs, and when ``causal`` the
+    first queries read fewer, s·w − w²/2 pairs (s²/2 again when the window covers the
+    sequence), written as two terms over the window letter.
+    """
+    if window is None:
+        return [((sp.Rational(1, 2) if causal else 1) * sp.nsimplify(coeff), letters, kind)]
+    banded = letters.replace("k", WINDOW_LETTER)
+    terms = [(sp.nsimplify(coeff), banded, kind)]
+    if causal:
+        terms.append((-sp.nsimplify(coeff) / 2, banded.replace("s", WINDOW_LETTER), kind))
+    return terms
+
+
 class GraphBuilder:
     def __init__(self, name: str, dims: dict[str, int] | None = None, dtype: str = "bf16", meta=None):
         self.graph = Graph(name=name, dims=dict(dims or {}), meta=dict(meta or {}))
@@ -106,6 +133,7 @@ class GraphBuilder:
         whole: Iterable[str] = (),
         partial_ok: bool = False,
         attrs: dict | None = None,
+        free_letters: dict | None = None,
     ) -> tuple[Tensor, ...]:
         ins, outs = parse_spec(spec)
         if out_shapes is None:
@@ -136,6 +164,7 @@ class GraphBuilder:
             layer=self._layer,
             block=self._block,
             attrs=dict(attrs or {}),
+            free_letters=dict(free_letters or {}),
         )
         self.graph.ops.append(op)
         return outputs
@@ -233,6 +262,12 @@ class GraphBuilder:
     def swiglu(self, gate: Tensor, up: Tensor, *, name: str = "swiglu") -> Tensor:
         return self.elementwise("swiglu", gate, up, name=name)
 
+    def softcap(self, x: Tensor, cap, *, name: str = "softcap") -> Tensor:
+        """``cap·tanh(x/cap)`` (Gemma 2's final logit soft-capping)."""
+        out = self.elementwise("softcap", x, name=name)
+        self.graph.ops[-1].attrs["softcap"] = sp.nsimplify(cap)
+        return out
+
     def rope(self, x: Tensor, *, name: str = "rope") -> Tensor:
         return self.elementwise("rope", x, name=name)
 
@@ -289,25 +324,45 @@ class GraphBuilder:
 
     def norm(
         self, kind: str, x: Tensor, weight: Tensor, bias: Tensor | None = None, *, name: str | None = None,
-        tags: Iterable[str] = (),
+        tags: Iterable[str] = (), over: int = 1, gate: Tensor | None = None, partial_sums: bool = False,
     ) -> Tensor:
-        """LayerNorm or RMSNorm over the last dim of ``x``."""
+        """LayerNorm or RMSNorm of ``x`` over its last ``over`` dims (default the last one).
+
+        ``weight`` (and ``bias``) cover the trailing ``weight.rank`` dims of ``x``: at least
+        the normalized ones, more for a weight per group (Mamba-2's grouped norm).
+        ``gate`` (kind ``gated_rmsnorm``, shaped like ``x``): ``rmsnorm(x * silu(gate))`` in
+        one kernel, as Mamba-2's gated RMSNorm.  ``partial_sums``: when a normalized dim
+        is sharded, the kernel all-reduces each row's fp32 statistics (sum of squares; and
+        the sum for layernorm) over that axis instead of gathering the dim (a norm over
+        all heads under tensor parallel, OLMo 2's q/k norm).
+        """
         if kind not in kernels.NORM:
             raise ValueError(f"unknown norm {kind!r}; known: {sorted(kernels.NORM)}")
+        if (kind == "gated_rmsnorm") != (gate is not None):
+            raise ValueError(f"norm {name or kind}: a gate goes with kind 'gated_rmsnorm' and only with it")
         letters = _letters(x.rank)
-        last = letters[-1]
-        ins = [x, weight] + ([bias] if bias is not None else [])
-        spec = ",".join([letters, last] + ([last] if bias is not None else [])) + f"->{letters}"
+        normed = letters[x.rank - over:]
+        wterm = letters[x.rank - weight.rank:]
+        if not 1 <= over <= weight.rank <= x.rank:
+            raise ValueError(f"norm {name or kind}: over={over} and a weight of rank {weight.rank} do not fit "
+                             f"a tensor of rank {x.rank}")
+        ins = [x] + ([gate] if gate is not None else []) + [weight] + ([bias] if bias is not None else [])
+        terms = [letters] * (2 if gate is not None else 1) + [wterm] * (2 if bias is not None else 1)
+        attrs: dict = {"over": normed}
+        if partial_sums:
+            stats = 4 * (2 if kind == "layernorm" else 1)  # fp32 per row
+            rows = "".join(c for c in letters if c not in normed)
+            attrs["sharded_whole"] = {c: (("all_reduce", rows, stats),) for c in normed}
         (out,) = self.op(
             "norm",
-            spec,
+            ",".join(terms) + f"->{letters}",
             ins,
             name=name or kind,
             fn=kind,
             flop_terms=[(kernels.NORM[kind][0], letters, OTHER)],
-            whole=[last],
+            whole=normed,
             out_tags=[tags],
-            attrs={"over": last},
+            attrs=attrs,
         )
         return out
 
@@ -383,7 +438,8 @@ class GraphBuilder:
         return loss
 
     def flash_attention(self, q: Tensor, k: Tensor, v: Tensor, *, causal_flops: bool = False,
-                        name: str = "flash_attention", separate_value_dim: bool | None = None) -> Tensor:
+                        name: str = "flash_attention", separate_value_dim: bool | None = None,
+                        window: int | None = None, softcap=None) -> Tensor:
         """Fused attention (FlashAttention): q [b,s,g,r,d], k and v [b,s,g,d] -> [b,s,g,r,d].
 
         Forward: Q·Kᵀ and P·V, 2 FLOPs per multiply-add each (halved with
@@ -395,20 +451,34 @@ class GraphBuilder:
         [b,s,g,dv] and the output [b,s,g,r,dv]; the value dim is the letter ``v``
         and P·V is counted over it.  ``separate_value_dim=None`` turns this on
         exactly when v's last dim differs from k's; otherwise nothing changes.
+
+        ``window`` (sliding-window, local attention): each query reads only the
+        ``window`` keys before it, so the score space counts w = min(window, keys)
+        keys per query, not all of them (:func:`pair_terms`).  ``softcap`` (Gemma 2):
+        the scores pass through ``softcap·tanh(x/softcap)`` before the softmax,
+        :data:`kernels.SOFTCAP` FLOPs per score.
         """
         scale = sp.Rational(1, 2) if causal_flops else sp.Integer(1)
         if separate_value_dim is None:
             separate_value_dim = v.shape[-1] != k.shape[-1] and sp.expand(v.shape[-1] - k.shape[-1]) != 0
-        score = "bgrsk"
         vd = "v" if separate_value_dim else "d"
+        per_score = kernels.SOFTMAX[0] + (kernels.SOFTCAP[0] if softcap is not None else 0)
         terms = [
-            (2 * scale, "bsgrdk", MATMUL),  # Q·K^T
-            (2 * scale, f"bsgr{vd}k", MATMUL),  # P·V
-            (kernels.SOFTMAX[0] * scale, score, OTHER),
+            *pair_terms(2, "bsgrdk", MATMUL, causal_flops, window),  # Q·K^T
+            *pair_terms(2, f"bsgr{vd}k", MATMUL, causal_flops, window),  # P·V
+            *pair_terms(per_score, "bgrsk", OTHER, causal_flops, window),
         ]
-        attrs = {"flops_scale": scale}
+        attrs = {"flops_scale": scale, "causal_flops": bool(causal_flops)}
         if separate_value_dim:
             attrs["separate_value_dim"] = True
+        if softcap is not None:
+            attrs["softcap"] = sp.nsimplify(softcap)
+        free = {}
+        if window is not None:
+            if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+                raise ValueError(f"flash attention {name}: window={window!r} must be a positive integer")
+            attrs["window"] = window
+            free = window_letters(window, k.shape[1])
         o, lse = self.op(
             "fused",
             f"bsgrd,bkgd,bkg{vd}->bsgr{vd},bgrs",
@@ -419,6 +489,7 @@ class GraphBuilder:
             whole=["k"],
             out_dtypes=[q.dtype, "fp32"],
             attrs=attrs,
+            free_letters=free,
         )
         return o
 

@@ -90,3 +90,20 @@ ROUTER_SCALE = (1, 1)
 # per element of the k·tokens·h rows it combines (fwd 2).  Backward: d out_j = w_j * dy
 # (1) and d w_j = sum_h dy * out_j (2), per element of the same k·tokens·h rows (3).
 COMBINE = (2, 3)
+
+# --------------------------------------------------------------------------- model families II
+# (appended for Gemma, OLMo 2, Nemotron-H and Mamba-2)
+
+# logit soft-capping y = c·tanh(x/c) (Gemma 2: attention scores and final logits):
+# fwd divide, tanh, multiply = 3; bwd dy·(1 - (y/c)^2): divide, square, subtract, multiply = 4
+SOFTCAP = (3, 4)
+ELEMENTWISE["softcap"] = SOFTCAP
+# geglu: gelu(g) * u (Gemma's MLP): tanh-GeLU 9 + 1; bwd dg = dy·u·gelu'(g): 1 + 13,
+# du = dy·gelu(g): gelu recomputed 9 + 1 (tanh shared with gelu': 4 of the 9 remain) -> 14 + 5
+ELEMENTWISE["geglu"] = (10, 19)
+# squared ReLU relu(x)^2 (Nemotron-H's MLP): max, square = 2; bwd 2·relu(x)·dy: 2
+ELEMENTWISE["relu2"] = (2, 2)
+# Mamba-2's gated RMSNorm, rmsnorm(x·silu(z)) in one kernel (norm_before_gate=False):
+# fwd silu 4 + multiply 1 + rmsnorm 4 = 9; bwd rmsnorm 8, then du -> dx = du·silu(z)
+# (silu recomputed 4 + 1) and dz = du·x·silu'(z) (5 + 1): 8 + 5 + 6 = 19
+NORM["gated_rmsnorm"] = (9, 19)

@@ -62,6 +62,8 @@ class Op:
     ``partial_ok``: the op is a sum of its inputs, so all-Partial inputs give a
     Partial output.
     ``saved``: the forward tensors this op's backward reads (set by autodiff).
+    ``free_letters``: sizes of letters no operand carries, for cost terms only (a
+    local-attention window: the keys each query reads, ``Min(window, keys)``).
     """
 
     name: str
@@ -81,6 +83,7 @@ class Op:
     attrs: dict[str, Any] = field(default_factory=dict)
     saved: tuple[Tensor, ...] = ()
     forward_op: "Op | None" = None
+    free_letters: dict = field(default_factory=dict)
     letter_sizes: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -102,6 +105,10 @@ class Op:
                     raise ValueError(
                         f"op {self.name}: index {letter!r} is {seen} on one operand and {size} on {t.name}"
                     )
+        for letter, size in self.free_letters.items():
+            if letter in sizes:
+                raise ValueError(f"op {self.name}: free letter {letter!r} is also an index of an operand")
+            sizes[letter] = sym.expr(size)
         self.letter_sizes = sizes
         if not self.byte_terms:
             self.byte_terms = tuple((t.itemsize, term) for term, t in zip(ins + outs, self.inputs + self.outputs))
