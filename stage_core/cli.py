@@ -402,6 +402,7 @@ def _main(argv: list[str], host: PluginHost | None) -> int:
         if getattr(args, "run", None) is None:
             parser.print_help()
             return 0
+        args.stage_host = host  # plugin commands read the host from their args
         return int(args.run(host, args) or 0)
     except TraceError as exc:
         for problem in exc.problems:

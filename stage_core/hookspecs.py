@@ -11,7 +11,8 @@ Hooks, by lifecycle:
 
 1. what exists: :func:`stage_models`, :func:`stage_strategies`,
    :func:`stage_schedules`, :func:`stage_trace_backends`, :func:`stage_commands`,
-   :func:`stage_executors`, :func:`stage_plans`
+   :func:`stage_executors`, :func:`stage_plans`,
+   :func:`stage_hardware`, :func:`stage_compute_models`
 2. resolving input: :func:`stage_config_from_hf`
 """
 
@@ -21,7 +22,8 @@ from typing import Any, Mapping, Sequence
 
 import pluggy
 
-from .records import BackendSpec, CommandSpec, ExecutorSpec, ModelSpec, PlanSpec, ScheduleSpec, StrategySpec
+from .records import (BackendSpec, CommandSpec, ComputeModelSpec, ExecutorSpec, HardwareSpec, ModelSpec, PlanSpec,
+                      ScheduleSpec, StrategySpec)
 
 PROJECT = "stage"
 
@@ -150,6 +152,51 @@ def stage_plans() -> Sequence[PlanSpec]:
                                        "schedule": "interleaved", "virtual-stages": 2},
                              description="GPT-3 175B as Megatron-LM trains it",
                              source="Narayanan et al. 2021")]
+    """
+
+
+@_hookspec
+def stage_hardware() -> Sequence[HardwareSpec]:
+    """Register hardware presets: a GPU with its compute-model parameters, and its network.
+
+    ``stage generate --gpu NAME``, ``stage astrasim --system NAME`` and estimators look
+    presets up by name.  Give every number a source (``GpuSpec.sources``,
+    ``HardwareSpec.sources``).
+
+    :return: a list of :class:`~stage_core.records.HardwareSpec`.
+
+    Example::
+
+        @hookimpl
+        def stage_hardware():
+            gpu = GpuSpec(name="a100", description="A100 SXM4 80GB",
+                          matmul_tflops={"bf16": 312.0}, vector_tflops=19.5,
+                          hbm_gbps=2039.0, sm_count=108,
+                          sources={"matmul_tflops": "NVIDIA A100 datasheet"})
+            return [HardwareSpec(name="a100", description="DGX A100", gpu=gpu,
+                                 gpus_per_node=8,
+                                 scale_up=LinkSpec("NVLink 3", 300.0, 0.95, 936.25),
+                                 scale_out=LinkSpec("InfiniBand HDR", 25.0, 0.95, 2643.5))]
+    """
+
+
+@_hookspec
+def stage_compute_models() -> Sequence[ComputeModelSpec]:
+    """Register compute models: functions that time one kernel on one GPU.
+
+    A GPU names its model (``GpuSpec.compute_model``) and carries the model's
+    parameters (``GpuSpec.parameters``); the model reads them in ``time``.
+
+    :return: a list of :class:`~stage_core.records.ComputeModelSpec`.
+
+    Example::
+
+        @hookimpl
+        def stage_compute_models():
+            def time(kernel, gpu):  # the roofline
+                return max(kernel.matmul_flops / gpu.peak_flops(kernel.dtype),
+                           kernel.bytes / (gpu.hbm_gbps * 1e9))
+            return [ComputeModelSpec(name="roofline", time=time)]
     """
 
 

@@ -25,8 +25,8 @@ import pluggy
 from . import hookspecs
 from .errors import PluginError, UsageError
 from .hookspecs import PROJECT
-from .records import (BackendSpec, CommandSpec, ExecutorSpec, ModelSpec, PlanSpec, PluginInfo, ScheduleSpec,
-                      StrategySpec)
+from .records import (BackendSpec, CommandSpec, ComputeModelSpec, ExecutorSpec, HardwareSpec, ModelSpec, PlanSpec,
+                      PluginInfo, ScheduleSpec, StrategySpec)
 
 #: modules of the core that are plugins themselves
 BUILTINS: tuple[str, ...] = ("stage_core.schedule.builtin",)
@@ -153,6 +153,12 @@ class PluginHost:
     def plans(self) -> list[PlanSpec]:
         return self._collect("stage_plans", "plan")
 
+    def hardware(self) -> list[HardwareSpec]:
+        return self._collect("stage_hardware", "hardware preset")
+
+    def compute_models(self) -> list[ComputeModelSpec]:
+        return self._collect("stage_compute_models", "compute model")
+
     def config_from_hf(self, hf_config: Mapping[str, Any]):
         return self.pm.hook.stage_config_from_hf(hf_config=hf_config)
 
@@ -196,6 +202,24 @@ class PluginHost:
         known = ", ".join(p.name for p in plans) or "none installed (install stage-parallel)"
         raise UsageError(f"--plan {name}: unknown plan; known: {known} (see stage plans){self.broken_hint()}")
 
+    def hardware_preset(self, name: str, flag: str = "--gpu") -> HardwareSpec:
+        presets = self.hardware()
+        for h in presets:
+            if h.name == name:
+                return h
+        known = ", ".join(h.name for h in presets) or "none installed (install stage-hardware)"
+        raise UsageError(f"{flag} {name}: unknown hardware preset; known: {known}{self.broken_hint()}")
+
+    def compute_model(self, name: str, gpu: str = "") -> ComputeModelSpec:
+        models = self.compute_models()
+        for m in models:
+            if m.name == name:
+                return m
+        known = ", ".join(m.name for m in models) or "none installed (install stage-hardware)"
+        whose = f"GPU {gpu} names " if gpu else ""
+        raise UsageError(f"{whose}compute model {name!r}, which no installed plugin provides; "
+                         f"known: {known}{self.broken_hint()}")
+
     def hf_model_types(self) -> list[str]:
         return sorted({t for s in self.models() for t in s.hf_model_types})
 
@@ -221,6 +245,8 @@ class PluginHost:
         add("commands", self.commands())
         add("executors", self.executors())
         add("plans", self.plans())
+        add("hardware", self.hardware())
+        add("compute_models", self.compute_models())
         out = []
         for name, plugin in sorted(self.pm.list_name_plugin(), key=lambda x: x[0]):
             if plugin is None:  # a blocked name

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
     from .ir.graph import Graph
+    from .kernel import Kernel
     from .trace import TraceJob, TraceSet
 
 
@@ -98,7 +99,9 @@ class CommandSpec:
     """A ``stage`` subcommand contributed by a plugin.
 
     ``configure(parser)`` adds arguments to the subcommand's parser; ``run(args)``
-    does the work and returns the process exit status.
+    does the work and returns the process exit status.  ``args.stage_host`` is the
+    :class:`~stage_core.plugins.PluginHost` the command line runs with (what to ask
+    for models, hardware presets...).
     """
 
     name: str
@@ -164,6 +167,94 @@ class PlanSpec:
         for axis in ("tp", "cp", "dp", "pp"):
             n *= int(self.settings.get(axis, 1))
         return n
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU type: datasheet figures and the parameters its compute model reads.
+
+    ``matmul_tflops`` is the dense tensor-core peak per input dtype (``"bf16"``,
+    ``"fp16"``, ``"fp8"``, ``"fp32"`` meaning TF32), in 10^12 FLOPs per second;
+    ``vector_tflops`` the FP32 peak of the ordinary cores (what elementwise math
+    runs on); ``hbm_gbps`` the memory bandwidth in 10^9 bytes per second;
+    ``sm_count`` the streaming multiprocessors (GEMM tiles are spread over them).
+    ``compute_model`` names the :class:`ComputeModelSpec` that times kernels on this
+    GPU and ``parameters`` holds that model's named numbers.  ``sources`` says where
+    each number comes from, keyed by field or parameter name.
+    """
+
+    name: str
+    description: str
+    matmul_tflops: Mapping[str, float]
+    vector_tflops: float
+    hbm_gbps: float
+    sm_count: int
+    compute_model: str = "roofline"
+    parameters: Mapping[str, float] = field(default_factory=dict)
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense tensor-core FLOPs per second for ``dtype`` (bf16's when the GPU lists no other)."""
+        tflops = self.matmul_tflops.get(dtype)
+        if tflops is None:
+            tflops = self.matmul_tflops.get("bf16") or max(self.matmul_tflops.values())
+        return tflops * 1e12
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """One tier of the network as a GPU sees it.
+
+    ``bandwidth_gbps``: the datasheet bandwidth per GPU and direction, 10^9 bytes per
+    second; ``efficiency``: the fraction of it a large collective reaches;
+    ``latency_ns``: per hop.
+    """
+
+    name: str
+    bandwidth_gbps: float
+    efficiency: float
+    latency_ns: float
+
+    @property
+    def bytes_per_second(self) -> float:
+        """What a large transfer achieves on this tier."""
+        return self.bandwidth_gbps * 1e9 * self.efficiency
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    """A node type: its GPU, GPUs per node, the links inside a node and across nodes.
+
+    ``sources`` says where the network numbers come from (keyed ``"scale_up"``,
+    ``"scale_out"`` ...); the GPU's own are in ``gpu.sources``.
+    """
+
+    name: str
+    description: str
+    gpu: GpuSpec
+    gpus_per_node: int
+    scale_up: LinkSpec
+    scale_out: LinkSpec
+    sources: Mapping[str, str] = field(default_factory=dict)
+    plugin: str = ""
+
+
+@dataclass(frozen=True)
+class ComputeModelSpec:
+    """A compute model: the time one kernel takes on one GPU.
+
+    ``time(kernel, gpu)`` returns seconds (a float; rounding is the caller's).
+    ``parameters`` maps each :attr:`GpuSpec.parameters` name the model reads to what
+    it means.  ``fit(samples, gpu)``, when given, returns the parameters that best
+    explain measured ``(kernel, seconds)`` samples on ``gpu`` (``stage calibrate``).
+    """
+
+    name: str
+    time: Callable[["Kernel", GpuSpec], float]
+    parameters: Mapping[str, str] = field(default_factory=dict)
+    fit: Callable[[Sequence[tuple["Kernel", float]], GpuSpec], Mapping[str, float]] | None = None
+    description: str = ""
+    plugin: str = ""
 
 
 @dataclass(frozen=True)

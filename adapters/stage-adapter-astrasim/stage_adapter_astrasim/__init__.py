@@ -9,7 +9,6 @@ The logic is callable without the CLI: :func:`run_astrasim`.
 
 from .command import run_astrasim
 from .parser import parse_stdout
-from .presets import PRESETS
 
 __version__ = "0.1.0"
-__all__ = ["run_astrasim", "parse_stdout", "PRESETS", "__version__"]
+__all__ = ["run_astrasim", "parse_stdout", "__version__"]

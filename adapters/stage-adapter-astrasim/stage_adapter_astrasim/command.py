@@ -13,9 +13,11 @@ import sys
 from pathlib import Path
 from typing import Mapping, TextIO
 
+from stage_core import hardware
+from stage_core.plugins import PluginHost
+
 from . import files, parser, report, runner
-from .configs import MEMORY_FILE, NETWORK_FILE, SYSTEM_FILE, build_configs
-from .presets import DEFAULT_PRESET, preset_names
+from .configs import DEFAULT_PRESET, MEMORY_FILE, NETWORK_FILE, SYSTEM_FILE, build_configs
 from .traceset import open_trace_set
 
 OUT_DIR = "astrasim"
@@ -30,9 +32,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--astra-sim", dest="astra_sim", metavar="BIN", default=None,
                    help=f"ASTRA-sim analytical binary (default: ${runner.ENV_VAR}; "
                         "without one, print the command to run)")
-    p.add_argument("--system", metavar="PRESET|FILE", default=DEFAULT_PRESET,
-                   help=f"hardware preset ({', '.join(preset_names())}; default "
-                        f"{DEFAULT_PRESET}) or your own system.json")
+    p.add_argument("--system", metavar="PRESET|FILE", default=None,
+                   help="hardware preset (see `stage plugins`), a hardware file, or your own "
+                        "system.json (default: the hardware the set was timed for with "
+                        f"`stage generate --gpu`, else {DEFAULT_PRESET})")
     p.add_argument("--network", metavar="FILE", default=None,
                    help="your own analytical network .yml (default: from the preset)")
     p.add_argument("--json", action="store_true",
@@ -42,15 +45,22 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """CommandSpec.run: UsageError propagates to the CLI (exit 2)."""
     return run_astrasim(args.dir, astra_sim=args.astra_sim, system=args.system,
-                        network=args.network, as_json=args.json)
+                        network=args.network, as_json=args.json,
+                        host=getattr(args, "stage_host", None))
 
 
 def run_astrasim(trace_dir: str | Path, *, astra_sim: str | None = None,
-                 system: str | None = DEFAULT_PRESET, network: str | None = None,
+                 system: str | None = None, network: str | None = None,
                  as_json: bool = False, out: TextIO | None = None,
                  err: TextIO | None = None,
-                 env: Mapping[str, str] | None = None) -> int:
+                 env: Mapping[str, str] | None = None,
+                 host: PluginHost | None = None) -> int:
     """The command.  Returns 0, or 1 when ranks deadlocked or the simulator failed.
+
+    Presets are the hardware records of ``host``'s plugins (default: every installed
+    plugin).  A set timed by ``stage generate --gpu`` runs with the roofline off (the
+    simulator replays the durations) and, unless ``system`` says otherwise, on the
+    hardware it was timed for.
 
     Raises :class:`stage_core.errors.UsageError` for a bad DIR, preset, file, world
     size or binary.
@@ -58,9 +68,17 @@ def run_astrasim(trace_dir: str | Path, *, astra_sim: str | None = None,
     out = out or sys.stdout
     err = err or sys.stderr
     env = os.environ if env is None else env
+    host = host or PluginHost()
 
     traces = open_trace_set(trace_dir)
-    configs = build_configs(traces.world_size, system, network)
+    presets = {h.name: h for h in host.hardware()}
+    timed_for = traces.manifest.get("hardware")
+    if isinstance(timed_for, dict):
+        timed_hw = hardware.from_dict(timed_for, f"{traces.root / 'manifest.json'}: hardware")
+        presets.setdefault(timed_hw.name, timed_hw)
+        system = system or timed_hw.name
+    configs = build_configs(traces.world_size, system, network, presets=presets,
+                            timed=traces.timed)
     binary = runner.find_binary(astra_sim, env)  # fail on a bad binary before writing
 
     work = traces.root / OUT_DIR

@@ -4,6 +4,13 @@ Shapes follow the ASTRA-sim run in the STAGE samples (astra-sim's
 ``examples/system/native_collectives/HGX-H100-validated.json``, ``examples/network/
 analytical/HGX-H100-validated.yml``, ``examples/remote_memory/analytical/
 no_memory_expansion.json``).
+
+Presets are the hardware records plugins register (``stage_hardware``, read through
+the plugin host); this module only turns one into ASTRA-sim's units: ``peak-perf`` in
+TFLOPS and ``local-mem-bw`` in GB/s (astra-sim ``Sys::initialize_sys``), network
+bandwidth in the analytical backend's GB/s of 2^30 bytes per link and direction
+(astra-network-analytical ``BasicTopology::bw_GBps_to_Bpns``), latency per link in ns
+(a Switch charges two links per message).
 """
 
 from __future__ import annotations
@@ -13,16 +20,18 @@ from dataclasses import dataclass
 from math import prod
 from pathlib import Path
 
+from stage_core import hardware
 from stage_core.errors import UsageError
+from stage_core.records import HardwareSpec, LinkSpec
 
 from . import netyml
-from .presets import DEFAULT_PRESET, PRESETS, HardwarePreset, preset_names
 
 SYSTEM_FILE = "system.json"
 NETWORK_FILE = "network.yml"
 MEMORY_FILE = "memory.json"
 
 MEMORY = {"memory-type": "NO_MEMORY_EXPANSION"}
+DEFAULT_PRESET = "h100"
 
 
 @dataclass(frozen=True)
@@ -36,8 +45,19 @@ class Configs:
     network_source: str
 
 
-def system_config(preset: HardwarePreset, dims: int) -> dict:
-    """system.json for ``preset`` on a network of ``dims`` dimensions."""
+def backend_bandwidth(link: LinkSpec) -> float:
+    """The analytical backend's bandwidth of ``link``: achieved GB/s of 2^30 bytes."""
+    return round(link.bytes_per_second / 2**30, 2)
+
+
+def system_config(preset: HardwareSpec, dims: int, *, timed: bool = False) -> dict:
+    """system.json for ``preset`` on a network of ``dims`` dimensions.
+
+    ``timed``: the traces carry each compute node's ``duration_micros``, so the
+    roofline is switched off and the simulator replays the durations
+    (astra-sim ``Workload::issue``); ``num_ops`` and ``tensor_size`` stay in the
+    traces for tools that read them.
+    """
     per_dim = ["ring"] * dims  # one collective implementation per network dimension
     return {
         "scheduling-policy": "LIFO",
@@ -49,14 +69,14 @@ def system_config(preset: HardwarePreset, dims: int) -> dict:
         "reduce-scatter-implementation": list(per_dim),
         "all-to-all-implementation": list(per_dim),
         "collective-optimization": "localBWAware",
-        "local-mem-bw": preset.hbm_gbps,  # GB/s
+        "local-mem-bw": preset.gpu.hbm_gbps,  # GB/s
         "boost-mode": 0,
-        "roofline-enabled": 1,
-        "peak-perf": preset.peak_tflops,  # TFLOPS, dense BF16
+        "roofline-enabled": 0 if timed else 1,
+        "peak-perf": preset.gpu.peak_flops("bf16") / 1e12,  # TFLOPS, dense BF16
     }
 
 
-def network_dims(preset: HardwarePreset, world: int) -> netyml.NetworkDims:
+def network_dims(preset: HardwareSpec, world: int) -> netyml.NetworkDims:
     """Switch (NVLink) inside a node; a second Switch (IB) across nodes when world > node."""
     node = preset.gpus_per_node
     up, out = preset.scale_up, preset.scale_out
@@ -64,12 +84,12 @@ def network_dims(preset: HardwarePreset, world: int) -> netyml.NetworkDims:
         raise UsageError(f"world size {world} is too small: ASTRA-sim's analytical "
                          "network needs at least 2 NPUs")
     if world <= node:
-        return netyml.NetworkDims(("Switch",), (world,), (up.bandwidth,), (up.latency_ns,))
+        return netyml.NetworkDims(("Switch",), (world,), (backend_bandwidth(up),), (up.latency_ns,))
     if world % node:
         raise UsageError(f"world size {world} does not fit preset {preset.name}: more "
                          f"than one node needs a multiple of {node} GPUs per node")
     return netyml.NetworkDims(("Switch", "Switch"), (node, world // node),
-                              (up.bandwidth, out.bandwidth),
+                              (backend_bandwidth(up), backend_bandwidth(out)),
                               (up.latency_ns, out.latency_ns))
 
 
@@ -77,18 +97,26 @@ def _looks_like_path(value: str) -> bool:
     return "/" in value or "\\" in value or "." in value
 
 
-def resolve_preset(value: str) -> HardwarePreset | None:
-    """The preset named ``value`` or None when ``value`` names an existing file."""
+def resolve_preset(value: str, presets: dict[str, HardwareSpec]) -> HardwareSpec | None:
+    """The preset named ``value``, a hardware file's record, or None when ``value``
+    names a system.json of ASTRA-sim's own."""
     key = value.strip().lower()
-    if key in PRESETS:
-        return PRESETS[key]
-    if Path(value).expanduser().is_file():
+    if key in presets:
+        return presets[key]
+    path = Path(value).expanduser()
+    if path.is_file():
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            return None  # reported when the file is read as a system.json
+        if isinstance(data, dict) and "gpu" in data and "scale_up" in data:
+            return hardware.from_dict(data, f"--system {value}")
         return None
-    valid = ", ".join(preset_names())
+    valid = ", ".join(sorted(presets)) or "none (install stage-hardware)"
     if _looks_like_path(value):
         raise UsageError(f"--system file {value} not found (or give a preset: {valid})")
     raise UsageError(f"unknown --system preset {value!r}: valid presets are {valid}, "
-                     "or a system.json file")
+                     "or a system.json or hardware file")
 
 
 def _read_user_file(value: str, flag: str) -> tuple[Path, str]:
@@ -114,17 +142,21 @@ def _check_user_network(path: Path, text: str, world: int) -> None:
                          f"NPUs but the trace set has world_size {world}")
 
 
-def build_configs(world: int, system: str | None = None,
-                  network: str | None = None) -> Configs:
+def build_configs(world: int, system: str | None = None, network: str | None = None, *,
+                  presets: dict[str, HardwareSpec], timed: bool = False) -> Configs:
     """The configs for a world of ``world`` ranks.
 
-    ``system`` is a preset name or a system.json path (default: the h100 preset);
-    ``network`` a network yml path.  Without ``network`` the network comes from the
-    system preset, or from the default preset when ``system`` is a file.
+    ``system`` is a preset name (of ``presets``), a hardware file or a system.json
+    path (default: the h100 preset); ``network`` a network yml path.  Without
+    ``network`` the network comes from the system preset, or from the default preset
+    when ``system`` is a system.json.  ``timed``: the traces carry durations (see
+    :func:`system_config`).
     """
     system = system or DEFAULT_PRESET
-    preset = resolve_preset(system)
-    net_preset = preset or PRESETS[DEFAULT_PRESET]
+    preset = resolve_preset(system, presets)
+    net_preset = preset
+    if net_preset is None and network is None:
+        net_preset = resolve_preset(DEFAULT_PRESET, presets)
 
     if network is not None:
         net_path, network_text = _read_user_file(network, "--network")
@@ -145,7 +177,7 @@ def build_configs(world: int, system: str | None = None,
         _check_user_system(sys_path, system_text)
         system_source = f"file {sys_path}"
     else:
-        system_text = json.dumps(system_config(preset, dims_count), indent=4) + "\n"
+        system_text = json.dumps(system_config(preset, dims_count, timed=timed), indent=4) + "\n"
         system_source = f"preset {preset.name}"
 
     return Configs(system_text, network_text, json.dumps(MEMORY) + "\n",

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from stage_core.errors import UsageError
 
@@ -19,6 +20,12 @@ class TraceSet:
 
     root: Path
     world_size: int
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def timed(self) -> bool:
+        """Whether ``stage generate --gpu`` wrote each compute node's duration."""
+        return bool(self.manifest.get("compute_model"))
 
     @property
     def workload_prefix(self) -> Path:
@@ -58,4 +65,4 @@ def open_trace_set(directory: str | Path) -> TraceSet:
         shown = ", ".join(f"{TRACE_PREFIX}.{r}.et" for r in missing[:3])
         more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
         raise UsageError(f"{root}: {shown}{more} missing for world_size {world}")
-    return TraceSet(root=root, world_size=world)
+    return TraceSet(root=root, world_size=world, manifest=manifest)

@@ -7,8 +7,24 @@ import sys
 from pathlib import Path
 
 import pytest
+from stage_core import hookimpl
+from stage_core.testing import fresh_host
+
+from astrasim_test_presets import TEST_PRESETS
 
 DATA = Path(__file__).parent / "data"
+
+class _Hardware:
+    @staticmethod
+    @hookimpl
+    def stage_hardware():
+        return list(TEST_PRESETS.values())
+
+
+@pytest.fixture
+def host():
+    """A plugin host whose only hardware presets are TEST_PRESETS."""
+    return fresh_host((_Hardware(), "test-hardware"))
 
 
 @pytest.fixture

@@ -13,12 +13,18 @@ import pytest
 from stage_core import hookspecs
 from stage_core.errors import UsageError
 
-from stage_adapter_astrasim import plugin
+from stage_adapter_astrasim import command, plugin
 from stage_adapter_astrasim.command import configure, run, run_astrasim
 
 FLAGS = ("--workload-configuration=", "--comm-group-configuration=",
          "--system-configuration=", "--network-configuration=",
          "--remote-memory-configuration=")
+
+
+@pytest.fixture(autouse=True)
+def _test_presets(host, monkeypatch):
+    """The command's default host is one with the test presets only."""
+    monkeypatch.setattr(command, "PluginHost", lambda: host)
 
 
 def _run(trace_dir, **kw):
@@ -167,7 +173,7 @@ def test_argparse_and_run(make_trace_set, fake_simulator, sample_stdout, capsys)
     assert results["system"] == "preset a100"
     defaults = p.parse_args([str(root)])
     assert (defaults.system, defaults.network, defaults.astra_sim, defaults.json) == (
-        "h100", None, None, False)
+        None, None, None, False)
 
 
 def test_plugin_registers_the_command():

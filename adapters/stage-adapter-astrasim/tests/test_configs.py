@@ -7,10 +7,15 @@ import json
 import pytest
 from stage_core.errors import UsageError
 
+from stage_core import hardware
+
+from astrasim_test_presets import TEST_PRESETS as PRESETS
 from stage_adapter_astrasim import netyml
-from stage_adapter_astrasim.configs import build_configs, network_dims
-from stage_adapter_astrasim.presets import (IB_LATENCY_NS, LINK_SCALE, NVLINK_LATENCY_NS,
-                                            PRESETS)
+from stage_adapter_astrasim.configs import backend_bandwidth, build_configs as _build, network_dims
+
+
+def build_configs(world, system=None, network=None, **kw):
+    return _build(world, system, network, presets=PRESETS, **kw)
 
 
 def test_system_json_has_the_sample_keys(data_dir):
@@ -39,7 +44,7 @@ def test_two_dimensions_across_nodes():
     net = netyml.read_flow_lists(text)
     h100 = PRESETS["h100"]
     assert net == {"topology": ["Switch", "Switch"], "npus_count": [8, 4],
-                   "bandwidth": [h100.scale_up.bandwidth, h100.scale_out.bandwidth],
+                   "bandwidth": [400.0, 44.44],
                    "latency": [h100.scale_up.latency_ns, h100.scale_out.latency_ns]}
     system = json.loads(build_configs(32, "h100").system_text)
     for key in ("all-reduce-implementation", "all-gather-implementation",
@@ -57,27 +62,31 @@ def test_npus_count_per_world(world, npus):
 def test_preset_numbers_reach_the_files(name):
     preset = PRESETS[name]
     system = json.loads(build_configs(16, name).system_text)
-    assert system["peak-perf"] == preset.peak_tflops
-    assert system["local-mem-bw"] == preset.hbm_gbps
+    assert system["peak-perf"] == preset.gpu.matmul_tflops["bf16"]
+    assert system["local-mem-bw"] == preset.gpu.hbm_gbps
+    assert system["roofline-enabled"] == 1
     net = netyml.read_flow_lists(build_configs(16, name).network_text)
-    assert net["bandwidth"] == [preset.scale_up.bandwidth, preset.scale_out.bandwidth]
+    assert net["bandwidth"] == [backend_bandwidth(preset.scale_up), backend_bandwidth(preset.scale_out)]
 
 
-def test_preset_table():
-    h100, a100 = PRESETS["h100"], PRESETS["a100"]
-    assert (h100.peak_tflops, h100.hbm_gbps) == (989.4, 3350.0)
-    assert (a100.peak_tflops, a100.hbm_gbps) == (312.0, 2039.0)
-    assert (h100.scale_up.bandwidth, h100.scale_up.latency_ns) == (400.0, 936.25)
-    assert (h100.scale_out.bandwidth, a100.scale_up.bandwidth,
-            a100.scale_out.bandwidth) == (44.44, 266.67, 22.22)
-    for preset in PRESETS.values():
-        assert preset.gpus_per_node == 8
-        for link in (preset.scale_up, preset.scale_out):  # the stated derivation holds
-            assert link.bandwidth == pytest.approx(link.datasheet_gbps * LINK_SCALE,
-                                                   abs=0.005)
-        assert preset.scale_up.latency_ns == NVLINK_LATENCY_NS
-        assert preset.scale_out.latency_ns == IB_LATENCY_NS
-    assert IB_LATENCY_NS == pytest.approx(NVLINK_LATENCY_NS * 9.6 / 3.4, abs=0.05)
+def test_backend_bandwidth_is_achieved_gibibytes():
+    # the adapter's numbers before hardware records existed (datasheet x 400/450)
+    assert [backend_bandwidth(p.scale_up) for p in PRESETS.values()] == [400.0, 266.67]
+    assert [backend_bandwidth(p.scale_out) for p in PRESETS.values()] == [44.44, 22.22]
+
+
+def test_timed_sets_switch_the_roofline_off():
+    system = json.loads(build_configs(8, "h100", timed=True).system_text)
+    assert system["roofline-enabled"] == 0
+
+
+def test_a_hardware_file_is_a_system(tmp_path):
+    path = tmp_path / "mine.json"
+    hardware.save(PRESETS["a100"], path)
+    configs = build_configs(16, str(path))
+    assert configs.system_source == "preset a100"
+    assert json.loads(configs.system_text)["peak-perf"] == 312.0
+    assert netyml.read_flow_lists(configs.network_text)["bandwidth"] == [266.67, 22.22]
 
 
 def test_preset_names_are_case_insensitive():

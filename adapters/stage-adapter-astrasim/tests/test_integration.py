@@ -18,11 +18,11 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.mark.parametrize("world", [8, 16])
-def test_real_simulator(tmp_path, world):
+def test_real_simulator(tmp_path, world, host):
     root = tmp_path / "traces"
     write_trace_set(root, world)
     out, err = io.StringIO(), io.StringIO()
-    status = run_astrasim(root, astra_sim=BIN, system="h100", out=out, err=err)
+    status = run_astrasim(root, astra_sim=BIN, system="h100", out=out, err=err, host=host)
     stdout = (root / "astrasim" / "stdout.txt").read_text()
     assert status == 0, f"{out.getvalue()}\n{err.getvalue()}\n{stdout[-2000:]}"
     results = json.loads((root / "astrasim" / "results.json").read_text())

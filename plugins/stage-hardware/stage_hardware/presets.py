@@ -1,0 +1,145 @@
+"""The A100 and H100 presets: datasheet figures, network tiers, compute-model parameters.
+
+Every number has its source in the record (``sources``); the longer derivations are
+here.
+
+Network tiers
+-------------
+``bandwidth_gbps`` is the datasheet figure per GPU and direction (10^9 B/s):
+NVLink 3 600 GB/s total = 300 per direction (A100), NVLink 4 900 = 450 (H100);
+InfiniBand HDR 200 Gb/s = 25 GB/s, NDR 400 Gb/s = 50 GB/s, one port per GPU in DGX
+A100 and DGX H100.  ``efficiency`` is what a large collective reaches of it:
+ASTRA-sim ships a network configuration calibrated against a real HGX H100
+(``examples/network/analytical/HGX-H100-validated.yml``: 400.0 in its GB/s of 2^30
+bytes, on the 450 GB/s NVLink 4), i.e. 400 x 2^30 / 450e9 = 0.9544; the same factor is
+assumed for the other links, which have no validated configuration.
+Latency per hop: the validated NVLink figure (936.25 ns); across nodes it is scaled by
+NCCL's own hardware-latency model, ring / Simple protocol, NET 9.6 us vs NVLINK
+3.4 us (NVIDIA/nccl ``src/graph/tuning.cc``, ``hwLat``): 936.25 x 9.6 / 3.4 = 2643.5 ns.
+
+GEMM efficiency
+---------------
+``gemm_efficiency`` and ``gemm_k_half`` solve the calibrated model
+(:mod:`.compute`) at two published "maximum achievable matmul FLOPS" measurements
+(stas00/ml-engineering, ``compute/accelerator/README.md``, BF16 torch.mm, best shape
+MxNxK): A100 SXM 267.9 TFLOPS at 6912x16384x2048 (CUDA 12.1) and 271.2 at
+1024x10240x5120 (torch 2.6.0+cu126); H100 SXM 792.1 at 6144x17920x2816 (CUDA 12.1) and
+794.5 at 2048x2048x13312 (torch 2.7.0+cu126).  ``tests/test_presets.py`` checks that
+the presets give these figures back.
+"""
+
+from __future__ import annotations
+
+from stage_core.records import GpuSpec, HardwareSpec, LinkSpec
+
+#: ASTRA-sim's validated HGX H100 NVLink: 400 GiB/s on the 450 GB/s datasheet figure
+LINK_EFFICIENCY = 400 * 2**30 / 450e9
+NVLINK_LATENCY_NS = 936.25
+IB_LATENCY_NS = 2643.5
+
+LINK_SOURCES = {
+    "efficiency": "ASTRA-sim examples/network/analytical/HGX-H100-validated.yml: 400 GiB/s achieved on "
+                  "NVLink 4's 450 GB/s per direction = 0.9544, assumed for every link",
+    "latency_ns": "ASTRA-sim HGX-H100-validated.yml NVLink 936.25 ns; across nodes x 9.6/3.4 "
+                  "(NCCL src/graph/tuning.cc hwLat, ring/Simple, NET vs NVLINK) = 2643.5 ns",
+}
+
+_FLASH_A100 = ("FlashAttention-2 (Dao 2023, arXiv 2307.08691) on A100: forward up to 73% of the "
+               "theoretical peak, 50-73% over the benchmarked shapes")
+_LAUNCH = ("assumed: a few microseconds between back-to-back kernels launched from eager PyTorch; "
+           "`stage calibrate` fits it from a profile")
+_HBM = ("assumed: streaming copies reach about 90% of the HBM datasheet rate; `stage calibrate` fits it "
+        "from a profile")
+
+A100_GPU = GpuSpec(
+    name="a100",
+    description="NVIDIA A100 SXM4 80GB",
+    matmul_tflops={"bf16": 312.0, "fp16": 312.0, "fp32": 156.0},
+    vector_tflops=19.5,
+    hbm_gbps=2039.0,
+    sm_count=108,
+    compute_model="calibrated",
+    parameters={
+        "gemm_efficiency": 0.895,
+        "gemm_k_half": 86.7,
+        "flash_fwd_efficiency": 0.70,
+        "flash_bwd_efficiency": 0.55,
+        "hbm_efficiency": 0.90,
+        "launch_us": 3.0,
+    },
+    sources={
+        "matmul_tflops": "NVIDIA A100 datasheet: BF16/FP16 Tensor Core 312 TFLOPS dense (624 with sparsity), "
+                         "TF32 156",
+        "vector_tflops": "NVIDIA A100 datasheet: FP32 19.5 TFLOPS",
+        "hbm_gbps": "NVIDIA A100 datasheet: A100 80GB SXM 2,039 GB/s",
+        "sm_count": "NVIDIA A100 Tensor Core GPU Architecture whitepaper: 108 SMs",
+        "gemm_efficiency": "solves the model at the two MAMF points (presets.py): 267.9 TFLOPS at "
+                           "6912x16384x2048 and 271.2 at 1024x10240x5120",
+        "gemm_k_half": "same solve as gemm_efficiency",
+        "flash_fwd_efficiency": _FLASH_A100,
+        "flash_bwd_efficiency": _FLASH_A100 + "; the backward pass is slower than the forward",
+        "hbm_efficiency": _HBM,
+        "launch_us": _LAUNCH,
+    },
+)
+
+H100_GPU = GpuSpec(
+    name="h100",
+    description="NVIDIA H100 SXM5 80GB",
+    matmul_tflops={"bf16": 989.4, "fp16": 989.4, "fp8": 1978.9, "fp32": 494.7},
+    vector_tflops=66.9,
+    hbm_gbps=3350.0,
+    sm_count=132,
+    compute_model="calibrated",
+    parameters={
+        "gemm_efficiency": 0.831,
+        "gemm_k_half": 45.4,
+        "flash_fwd_efficiency": 0.60,
+        "flash_bwd_efficiency": 0.45,
+        "hbm_efficiency": 0.90,
+        "launch_us": 3.0,
+    },
+    sources={
+        "matmul_tflops": "NVIDIA H100 Tensor Core GPU Architecture whitepaper (SXM5): BF16/FP16 989.4 TFLOPS "
+                         "dense, FP8 1978.9, TF32 494.7 (the datasheet's 1,979 BF16 is with sparsity)",
+        "vector_tflops": "NVIDIA H100 datasheet: FP32 67 TFLOPS (66.9 in the whitepaper)",
+        "hbm_gbps": "NVIDIA H100 datasheet: H100 SXM 3.35 TB/s",
+        "sm_count": "NVIDIA H100 Tensor Core GPU Architecture whitepaper: 132 SMs on H100 SXM5",
+        "gemm_efficiency": "solves the model at the two MAMF points (presets.py): 792.1 TFLOPS at "
+                           "6144x17920x2816 and 794.5 at 2048x2048x13312",
+        "gemm_k_half": "same solve as gemm_efficiency",
+        "flash_fwd_efficiency": "FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608): BF16 forward up to "
+                                "740 TFLOPS on H100, 75% of peak; FlashAttention-2 on H100 about 35%",
+        "flash_bwd_efficiency": "FlashAttention-3 (Shah et al. 2024): backward 1.5-1.75x FlashAttention-2",
+        "hbm_efficiency": _HBM,
+        "launch_us": _LAUNCH,
+    },
+)
+
+PRESETS = (
+    HardwareSpec(
+        name="a100",
+        description="nodes of 8 A100 SXM4 80GB on NVLink 3 / NVSwitch, joined by InfiniBand HDR "
+                    "(one 200 Gb/s port per GPU, DGX A100)",
+        gpu=A100_GPU,
+        gpus_per_node=8,
+        scale_up=LinkSpec("NVLink 3", 300.0, LINK_EFFICIENCY, NVLINK_LATENCY_NS),
+        scale_out=LinkSpec("InfiniBand HDR", 25.0, LINK_EFFICIENCY, IB_LATENCY_NS),
+        sources={"scale_up": "NVIDIA A100 datasheet: NVLink 600 GB/s total = 300 per direction; latency "
+                             "assumed equal to the H100 NVSwitch hop",
+                 "scale_out": "DGX A100: 8 ConnectX-6 HDR 200 Gb/s compute ports, one per GPU = 25 GB/s",
+                 **LINK_SOURCES},
+    ),
+    HardwareSpec(
+        name="h100",
+        description="nodes of 8 H100 SXM5 80GB on NVLink 4 / NVSwitch, joined by InfiniBand NDR "
+                    "(one 400 Gb/s port per GPU, DGX H100)",
+        gpu=H100_GPU,
+        gpus_per_node=8,
+        scale_up=LinkSpec("NVLink 4", 450.0, LINK_EFFICIENCY, NVLINK_LATENCY_NS),
+        scale_out=LinkSpec("InfiniBand NDR", 50.0, LINK_EFFICIENCY, IB_LATENCY_NS),
+        sources={"scale_up": "NVIDIA H100 datasheet: NVLink 900 GB/s total = 450 per direction",
+                 "scale_out": "DGX H100: 8 ConnectX-7 NDR 400 Gb/s ports, one per GPU = 50 GB/s",
+                 **LINK_SOURCES},
+    ),
+)

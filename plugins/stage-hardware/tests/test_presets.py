@@ -1,0 +1,65 @@
+"""The presets give back the published figures they were derived from."""
+
+import pytest
+
+from stage_core import hardware
+from stage_core.kernel import kernel
+from stage_hardware.compute import PARAMETERS, calibrated_time
+from stage_hardware.presets import IB_LATENCY_NS, NVLINK_LATENCY_NS, PRESETS
+
+BY_NAME = {p.name: p for p in PRESETS}
+
+
+def matmul(m, n, k):
+    return kernel("einsum", "", "forward", "mk,kn->mn", {"m": m, "k": k, "n": n}, "bf16",
+                  flops=2 * m * n * k, matmul_flops=2 * m * n * k, nbytes=2 * (m * k + k * n + m * n))
+
+
+# stas00/ml-engineering, compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS"
+MAMF = [
+    ("a100", (6912, 16384, 2048), 267.9),
+    ("a100", (1024, 10240, 5120), 271.2),
+    ("h100", (6144, 17920, 2816), 792.1),
+    ("h100", (2048, 2048, 13312), 794.5),
+]
+
+
+@pytest.mark.parametrize("name,shape,tflops", MAMF)
+def test_the_calibrated_model_gives_the_published_matmul_rates(name, shape, tflops):
+    gpu = BY_NAME[name].gpu
+    k = matmul(*shape)
+    launch = gpu.parameters["launch_us"] * 1e-6  # the benchmark times back-to-back calls
+    achieved = k.flops / (calibrated_time(k, gpu) - launch) / 1e12
+    assert achieved == pytest.approx(tflops, rel=0.005)
+
+
+def test_every_parameter_is_there_with_a_source():
+    for preset in PRESETS:
+        gpu = preset.gpu
+        assert set(gpu.parameters) == set(PARAMETERS), preset.name
+        for key in [*PARAMETERS, "matmul_tflops", "vector_tflops", "hbm_gbps", "sm_count"]:
+            assert gpu.sources.get(key), (preset.name, key)
+        for key in ("scale_up", "scale_out", "efficiency", "latency_ns"):
+            assert preset.sources.get(key), (preset.name, key)
+
+
+def test_datasheet_figures():
+    a100, h100 = BY_NAME["a100"], BY_NAME["h100"]
+    assert (a100.gpu.peak_flops("bf16"), a100.gpu.hbm_gbps, a100.gpu.sm_count) == (312e12, 2039.0, 108)
+    assert (h100.gpu.peak_flops("bf16"), h100.gpu.hbm_gbps, h100.gpu.sm_count) == (989.4e12, 3350.0, 132)
+    assert [(p.scale_up.bandwidth_gbps, p.scale_out.bandwidth_gbps) for p in PRESETS] == [(300, 25), (450, 50)]
+
+
+def test_h100_nvlink_is_astra_sims_validated_configuration():
+    # HGX-H100-validated.yml: 400 (GB of 2^30 bytes per second), 936.25 ns
+    link = BY_NAME["h100"].scale_up
+    assert link.bytes_per_second / 2**30 == pytest.approx(400.0)
+    assert link.latency_ns == NVLINK_LATENCY_NS == 936.25
+    assert IB_LATENCY_NS == pytest.approx(936.25 * 9.6 / 3.4, abs=0.05)
+
+
+def test_presets_survive_a_hardware_file(tmp_path):
+    for preset in PRESETS:
+        path = tmp_path / f"{preset.name}.json"
+        hardware.save(preset, path)
+        assert hardware.load(path) == preset

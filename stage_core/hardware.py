@@ -1,0 +1,159 @@
+"""Hardware records as files, lookup by name or file, and the time of a transfer.
+
+A hardware preset (:class:`~stage_core.records.HardwareSpec`) comes from a plugin
+(``stage_hardware``) or from a JSON file of the same fields (what ``stage calibrate``
+writes and ``--gpu FILE`` reads)::
+
+    {"name": "a100-mine", "description": "...", "gpus_per_node": 8,
+     "gpu": {"name": "a100", "description": "...", "matmul_tflops": {"bf16": 312.0},
+             "vector_tflops": 19.5, "hbm_gbps": 2039.0, "sm_count": 108,
+             "compute_model": "calibrated", "parameters": {...}, "sources": {...}},
+     "scale_up": {"name": "NVLink 3", "bandwidth_gbps": 300.0, "efficiency": 0.954,
+                  "latency_ns": 936.25},
+     "scale_out": {...}, "sources": {...}}
+
+:func:`transfer_seconds` is the textbook ring estimate of a collective or a send on
+the tier a group spans (inside one node: NVLink; across nodes: the network), for
+decisions made before any simulator runs (where lowering may put background
+communication) and for estimators.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .errors import UsageError
+from .records import GpuSpec, HardwareSpec, LinkSpec
+
+_GPU_FIELDS = {f.name for f in dataclasses.fields(GpuSpec)}
+_LINK_FIELDS = {f.name for f in dataclasses.fields(LinkSpec)}
+_HW_FIELDS = {f.name for f in dataclasses.fields(HardwareSpec)} - {"plugin"}
+
+
+def to_dict(hw: HardwareSpec) -> dict[str, Any]:
+    """A JSON-ready dict of ``hw`` (the file format; ``plugin`` left out)."""
+    out = dataclasses.asdict(hw)
+    out.pop("plugin", None)
+    out["gpu"]["matmul_tflops"] = dict(hw.gpu.matmul_tflops)
+    out["gpu"]["parameters"] = dict(hw.gpu.parameters)
+    out["gpu"]["sources"] = dict(hw.gpu.sources)
+    out["sources"] = dict(hw.sources)
+    return out
+
+
+def _record(cls, data: Any, fields: set[str], where: str):
+    if not isinstance(data, dict):
+        raise UsageError(f"{where}: expected a JSON object")
+    unknown = sorted(set(data) - fields)
+    if unknown:
+        raise UsageError(f"{where}: unknown key {unknown[0]!r}; valid keys: {', '.join(sorted(fields))}")
+    required = [f.name for f in dataclasses.fields(cls)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [k for k in required if k not in data]
+    if missing:
+        raise UsageError(f"{where}: missing key {missing[0]!r}")
+    return data
+
+
+def _positive(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise UsageError(f"{where}: {value!r} is not a positive number")
+    return value
+
+
+def from_dict(data: Any, where: str = "hardware file") -> HardwareSpec:
+    """A :class:`HardwareSpec` from the file format; bad content is a one-line UsageError."""
+    data = _record(HardwareSpec, data, _HW_FIELDS, where)
+    gpu = dict(_record(GpuSpec, data["gpu"], _GPU_FIELDS, f"{where}: gpu"))
+    tflops = gpu["matmul_tflops"]
+    if not isinstance(tflops, dict) or not tflops:
+        raise UsageError(f"{where}: gpu.matmul_tflops must map a dtype to TFLOPS, e.g. {{\"bf16\": 312.0}}")
+    for key, value in tflops.items():
+        _positive(value, f"{where}: gpu.matmul_tflops.{key}")
+    for key in ("vector_tflops", "hbm_gbps", "sm_count"):
+        _positive(gpu[key], f"{where}: gpu.{key}")
+    if not isinstance(gpu["sm_count"], int):
+        raise UsageError(f"{where}: gpu.sm_count {gpu['sm_count']!r} is not a whole number")
+    for key, value in dict(gpu.get("parameters", {})).items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UsageError(f"{where}: gpu.parameters.{key} {value!r} is not a number")
+    links = {}
+    for tier in ("scale_up", "scale_out"):
+        link = _record(LinkSpec, data[tier], _LINK_FIELDS, f"{where}: {tier}")
+        for key in ("bandwidth_gbps", "efficiency", "latency_ns"):
+            _positive(link[key], f"{where}: {tier}.{key}")
+        links[tier] = LinkSpec(**link)
+    if not isinstance(data["gpus_per_node"], int) or data["gpus_per_node"] < 1:
+        raise UsageError(f"{where}: gpus_per_node {data['gpus_per_node']!r} is not a positive whole number")
+    return HardwareSpec(name=str(data["name"]), description=str(data["description"]), gpu=GpuSpec(**gpu),
+                        gpus_per_node=data["gpus_per_node"], sources=dict(data.get("sources", {})), **links)
+
+
+def load(path: Path, flag: str = "--gpu") -> HardwareSpec:
+    """Read a hardware file."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot read it ({exc.strerror})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{flag} {path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    return from_dict(data, f"{flag} {path}")
+
+
+def save(hw: HardwareSpec, path: Path) -> None:
+    """Write ``hw`` as a hardware file (through a temporary file and a rename)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(to_dict(hw), indent=2) + "\n")
+    tmp.replace(path)
+
+
+def resolve(host, value: str, flag: str = "--gpu") -> HardwareSpec:
+    """A preset registered by a plugin, by name, or a hardware file."""
+    names = {h.name for h in host.hardware()}
+    if value in names:
+        return host.hardware_preset(value, flag)
+    if value.endswith(".json") or Path(value).is_file():
+        return load(Path(value), flag)
+    return host.hardware_preset(value, flag)  # raises, listing the presets
+
+
+# --------------------------------------------------------------------------- transfers
+
+
+def tier(hw: HardwareSpec, ranks: Sequence[int]) -> LinkSpec:
+    """The link a group's traffic is bound by: NVLink when it sits in one node."""
+    nodes = {r // hw.gpus_per_node for r in ranks}
+    return hw.scale_up if len(nodes) <= 1 else hw.scale_out
+
+
+#: bytes each rank moves per byte of ``comm_size``, ring algorithms on n ranks
+RING_FACTOR = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,  # comm_size: the full input
+    "all_gather": lambda n: n - 1,  # comm_size: the per-rank shard
+    "all_to_all": lambda n: (n - 1) / n,
+    "send": lambda n: 1.0,
+}
+#: latency hops of the ring algorithm on n ranks
+RING_STEPS = {
+    "all_reduce": lambda n: 2 * (n - 1),
+    "reduce_scatter": lambda n: n - 1,
+    "all_gather": lambda n: n - 1,
+    "all_to_all": lambda n: n - 1,
+    "send": lambda n: 1,
+}
+
+
+def transfer_seconds(hw: HardwareSpec, kind: str, comm_size: int, ranks: Sequence[int]) -> float:
+    """Seconds a ring collective (or a send) of ``comm_size`` bytes takes on ``ranks``."""
+    n = max(len(ranks), 2) if kind != "send" else 2
+    link = tier(hw, ranks)
+    return (RING_FACTOR[kind](n) * comm_size / link.bytes_per_second
+            + RING_STEPS[kind](n) * link.latency_ns * 1e-9)
+
