@@ -159,6 +159,8 @@ def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[st
         comm_groups=groups.groups,
         group_name=groups.name,
         peer_rank=mesh.peer,
+        group_ids=groups.ids,
+        peer_ranks=mesh.peer_array,
         manifest=manifest,
         name=config.name,
     )

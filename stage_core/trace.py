@@ -102,6 +102,14 @@ class TraceJob:
     ``key`` that ``rank`` belongs to; ``peer_rank(rank, key)`` the rank a send or
     receive with peer ``key`` talks to.  ``comm_groups`` maps every pg_name any
     program can resolve to its member ranks.
+
+    ``group_ids(key, ranks)`` and ``peer_ranks(key, ranks)``, when given, answer
+    the same for a whole numpy array of ranks at once (pg_names as integers);
+    a backend uses them instead of calling the scalar ones rank by rank.
+
+    How to write the set: ``ranks`` (None: every rank) are the ranks whose files
+    are written; ``workers`` the processes that write them (None: one per core);
+    ``progress(n)``, when given, is told each time ``n`` more files are written.
     """
 
     programs: Sequence[RankProgram]
@@ -111,6 +119,11 @@ class TraceJob:
     peer_rank: Callable[[int, str], int]
     manifest: Mapping[str, Any] = field(default_factory=dict)
     name: str = "stage"
+    group_ids: Callable[[str, Any], Any] | None = None
+    peer_ranks: Callable[[str, Any], Any] | None = None
+    ranks: Sequence[int] | None = None
+    workers: int | None = None
+    progress: Callable[[int], None] | None = None
 
 
 # --------------------------------------------------------------------------- decoded traces

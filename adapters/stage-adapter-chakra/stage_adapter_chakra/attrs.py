@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from operator import index
-from typing import Any, Union
+from typing import Any, Sequence, Union
+
+import numpy as np
 
 from stage_core.trace import NodeType, ProgramNode, TraceJob
 
@@ -84,11 +86,16 @@ def node_attrs(node: ProgramNode) -> list[AttrOrSlot]:
     return out
 
 
-def resolve(job: TraceJob, rank: int, source: str, key: str) -> Any:
-    """The value of a slot's ``(source, key)`` on ``rank``."""
+def resolve(job: TraceJob, source: str, key: str, ranks: Sequence[int]) -> list[Any]:
+    """The value of a slot's ``(source, key)`` on each of ``ranks``: a pg_name (str)
+    or a rank number (int).  Uses the job's array resolvers when it has them."""
     if source == "group":
-        name = job.group_name(rank, key)
-        return name if isinstance(name, str) else str(index(name))
+        if job.group_ids is not None:
+            return [str(v) for v in job.group_ids(key, np.asarray(ranks, dtype=np.int64)).tolist()]
+        names = [job.group_name(rank, key) for rank in ranks]
+        return [name if isinstance(name, str) else str(index(name)) for name in names]
     if source == "peer":
-        return job.peer_rank(rank, key)
+        if job.peer_ranks is not None:
+            return job.peer_ranks(key, np.asarray(ranks, dtype=np.int64)).tolist()
+        return [job.peer_rank(rank, key) for rank in ranks]
     raise ValueError(f"unknown slot source {source!r}")

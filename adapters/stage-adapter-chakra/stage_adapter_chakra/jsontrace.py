@@ -25,7 +25,6 @@ from stage_core.trace import ProgramNode, TraceJob
 
 from . import schema, wire
 from .attrs import Slot
-from .stamp import split_on_slots
 from .writer import write_job
 
 FORMAT_ID = "chakra-json-0.0.4"
@@ -78,9 +77,11 @@ def node_fields(node: ProgramNode) -> list[str]:
 
 
 class JsonEncoding:
-    """Nodes as JSON text, one per line (see :mod:`.stamp`)."""
+    """Nodes as JSON text, one per line, UTF-8 (see :mod:`.stamp`)."""
 
-    sep = ",\n"
+    header = HEADER.encode()
+    footer = FOOTER.encode()
+    sep = b",\n"
 
     def _tokens(self, node: ProgramNode, attrs) -> list[Any]:
         tokens: list[Any] = ["{" + ", ".join(node_fields(node) + ['"attr": ['])]
@@ -91,29 +92,20 @@ class JsonEncoding:
         tokens.append("]}")
         return tokens
 
-    def static(self, node: ProgramNode, attrs) -> str:
+    def static(self, node: ProgramNode, attrs) -> bytes:
         if not attrs:
-            return "{" + ", ".join(node_fields(node)) + "}"
-        return "".join(self._tokens(node, attrs))
+            return ("{" + ", ".join(node_fields(node)) + "}").encode()
+        return "".join(self._tokens(node, attrs)).encode()
 
-    def template(self, node: ProgramNode, attrs):
-        return split_on_slots(self._tokens(node, attrs), "".join)
+    def template(self, node: ProgramNode, attrs) -> list[Any]:
+        return [t if isinstance(t, Slot) else t.encode() for t in self._tokens(node, attrs)]
 
-    def slot(self, slot: Slot, value: Any) -> str:
-        return attr_json(slot.name, slot.kind, value)
+    @staticmethod
+    def prefix(size: int) -> bytes:
+        return b""
 
-    def fill(self, template, pieces) -> str:
-        statics, slots = template
-        out = [statics[0]]
-        for slot, static in zip(slots, statics[1:]):
-            out += (pieces[slot], static)
-        return "".join(out)
-
-    def write_file(self, path: Path, parts: list[str]) -> None:
-        with open(path, "w", encoding="utf-8", newline="\n") as f:
-            f.write(HEADER)
-            f.write(self.sep.join(parts))
-            f.write(FOOTER)
+    def slot(self, slot: Slot, value: Any) -> bytes:
+        return attr_json(slot.name, slot.kind, value).encode()
 
 
 def write(job: TraceJob, out_dir: Path) -> None:

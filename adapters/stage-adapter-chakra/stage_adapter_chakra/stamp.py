@@ -1,101 +1,135 @@
 """Compile a rank-class program once, then stamp it onto each of its ranks.
 
-Nodes whose attributes do not depend on the rank are encoded once per program
-and kept as chunks (runs of consecutive such nodes joined together).  A node
-with a rank-dependent attribute (a collective's ``pg_name``, a send's
-``comm_dst``, a receive's ``comm_src``) becomes a template: its fixed pieces
-are encoded once, with a :class:`~.attrs.Slot` where the value goes.  Stamping
-a rank resolves each distinct ``(source, key)`` once, encodes each slot once,
-and fills only the templates, so per-rank work is proportional to the number
-of rank-dependent nodes.
+A class's whole file is serialized once, as a list of byte pieces around *slots*:
+the attribute entries whose value depends on the rank (a collective's
+``pg_name``, a send's ``comm_dst``, a receive's ``comm_src``).  A node without
+such an attribute is encoded once and merged with its neighbours into one fixed
+piece.  A node with one is a *template*: its fixed pieces are encoded once; only
+its framing (a length prefix, in the protobuf encoding) depends on how long the
+slot's value is.
 
-The byte or text format is an *encoding* object (see :mod:`.et` and
-:mod:`.jsontrace`) with ``sep`` (what joins node chunks), ``static(node,
-attrs)``, ``template(node, attrs)``, ``slot(slot, value)`` and ``fill(template,
-pieces)``.
+Stamping a rank is then: encode each of the class's few distinct slot values
+once (``enc.slot``), take the fixed pieces for those values' lengths (made once
+per distinct combination of lengths, :meth:`Stamp.pieces`), and interleave the
+two lists in one join.  No node is encoded again, and per-rank work is a few list
+operations in C plus the copy of the file's bytes.
+
+The byte format is an *encoding* object (see :mod:`.et` and :mod:`.jsontrace`):
+``header``, ``footer`` and ``sep`` (what a file starts and ends with, what joins
+two records), ``static(node, attrs)`` (a whole record), ``template(node, attrs)``
+(a record's body as bytes pieces and :class:`~.attrs.Slot` markers),
+``prefix(size)`` (the framing before a record body of ``size`` bytes) and
+``slot(slot, value)`` (the bytes of one slot's entry).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from operator import itemgetter
+from typing import Any, Callable
 
-from stage_core.trace import RankProgram, TraceJob
+from stage_core.trace import RankProgram
 
-from .attrs import AttrOrSlot, Slot, node_attrs, resolve
+from .attrs import Slot, node_attrs
 from .errors import ChakraWriteError
 
 
 @dataclass(slots=True)
+class _Record:
+    """A template: ``statics[0] + value(slots[0]) + statics[1] + ...``, framed."""
+
+    statics: tuple[bytes, ...]
+    slots: tuple[int, ...]  # index of each slot in Stamp.slots
+    size: int  # bytes of the statics together
+
+
+@dataclass(slots=True)
 class Stamp:
-    """A compiled program: ``parts`` with ``None`` where each template goes."""
+    """A compiled program: fixed pieces, templates, and the distinct slots they use."""
 
-    parts: list[Any]
-    templates: list[tuple[int, Any]]  # (index in parts, template)
+    runs: list[bytes | _Record]  # the file body in order
     slots: tuple[Slot, ...]  # distinct slots, in first-use order
+    prefix: Callable[[int], bytes]
+    uses: Callable[[tuple], tuple] = field(init=False)  # slot values, in occurrence order
+    count: int = field(init=False)  # slot occurrences in the file
+    _fixed: dict[tuple[int, ...], list[bytes]] = field(default_factory=dict)
 
-
-def split_on_slots(tokens: Sequence[Any], join) -> tuple[tuple[Any, ...], tuple[Slot, ...]]:
-    """Group ``tokens`` into fixed pieces around the slots.
-
-    Returns ``(statics, slots)`` with ``len(statics) == len(slots) + 1``: the
-    encoded node is ``statics[0] + value(slots[0]) + statics[1] + ...``.
-    """
-    statics, slots, run = [], [], []
-    for tok in tokens:
-        if isinstance(tok, Slot):
-            statics.append(join(run))
-            slots.append(tok)
-            run = []
+    def __post_init__(self):
+        order = [k for run in self.runs if isinstance(run, _Record) for k in run.slots]
+        self.count = len(order)
+        if not order:
+            self.uses = lambda values: ()
+        elif len(order) == 1:
+            self.uses = lambda values, k=order[0]: (values[k],)
         else:
-            run.append(tok)
-    statics.append(join(run))
-    return tuple(statics), tuple(slots)
+            self.uses = itemgetter(*order)
+
+    def pieces(self, lengths: tuple[int, ...]) -> list[bytes]:
+        """The fixed pieces around the slot occurrences when slot ``k``'s value takes
+        ``lengths[k]`` bytes: ``count + 1`` of them."""
+        fixed = self._fixed.get(lengths)
+        if fixed is None:
+            fixed, run = [], []
+            for item in self.runs:
+                if not isinstance(item, _Record):
+                    run.append(item)
+                    continue
+                run += (self.prefix(item.size + sum(lengths[k] for k in item.slots)), item.statics[0])
+                for static in item.statics[1:]:
+                    fixed.append(b"".join(run))
+                    run = [static]
+            fixed.append(b"".join(run))
+            if len(self._fixed) < 256:  # (a few length combinations in practice)
+                self._fixed[lengths] = fixed
+        return fixed
+
+    def file(self, values: tuple[bytes, ...]) -> bytes:
+        """The file of a rank whose slot ``k`` encodes to ``values[k]``."""
+        fixed = self.pieces(tuple(map(len, values)))
+        if not self.count:
+            return fixed[0]
+        out: list[Any] = [None] * (2 * self.count + 1)
+        out[0::2] = fixed
+        out[1::2] = self.uses(values)
+        return b"".join(out)
 
 
 def compile_program(program: RankProgram, enc) -> Stamp:
-    """Encode the rank-independent part of ``program`` once."""
-    parts: list[Any] = []
-    templates: list[tuple[int, Any]] = []
-    slots: dict[Slot, None] = {}
-    run: list[Any] = []
-    for node in program.nodes:
+    """Encode the rank-independent part of ``program``'s file once."""
+    runs: list[bytes | _Record] = [enc.header]
+    slots: dict[Slot, int] = {}
+    for i, node in enumerate(program.nodes):
+        if i:
+            runs.append(enc.sep)
         try:
-            attrs: list[AttrOrSlot] = node_attrs(node)
-            dynamic = [a for a in attrs if isinstance(a, Slot)]
-            if not dynamic:
-                run.append(enc.static(node, attrs))
+            attrs = node_attrs(node)
+            if not any(isinstance(a, Slot) for a in attrs):
+                runs.append(enc.static(node, attrs))
                 continue
-            template = enc.template(node, attrs)
+            tokens = enc.template(node, attrs)
         except (TypeError, ValueError) as exc:
             raise ChakraWriteError(f"node {node.id} ({node.name!r}): {exc}") from exc
-        if run:
-            parts.append(enc.sep.join(run))
-            run = []
-        templates.append((len(parts), template))
-        parts.append(None)
-        slots.update(dict.fromkeys(dynamic))
-    if run:
-        parts.append(enc.sep.join(run))
-    return Stamp(parts, templates, tuple(slots))
-
-
-def stamp_rank(stamp: Stamp, rank: int, job: TraceJob, enc) -> list[Any]:
-    """The chunks of ``rank``'s file body (joined with ``enc.sep``)."""
-    values: dict[tuple[str, str], Any] = {}
-    pieces: dict[Slot, Any] = {}
-    for slot in stamp.slots:
-        source = (slot.source, slot.key)
-        if source not in values:
-            values[source] = resolve(job, rank, slot.source, slot.key)
-        try:
-            pieces[slot] = enc.slot(slot, values[source])
-        except (TypeError, ValueError) as exc:
-            raise ChakraWriteError(
-                f"rank {rank}: {slot.name} from {slot.source} {slot.key!r} "
-                f"= {values[source]!r}: {exc}") from exc
-    parts = list(stamp.parts)
-    fill = enc.fill
-    for pos, template in stamp.templates:
-        parts[pos] = fill(template, pieces)
-    return parts
+        statics, used, run = [], [], []
+        for tok in tokens:
+            if isinstance(tok, Slot):
+                statics.append(b"".join(run))
+                used.append(slots.setdefault(tok, len(slots)))
+                run = []
+            else:
+                run.append(tok)
+        statics.append(b"".join(run))
+        runs.append(_Record(tuple(statics), tuple(used), sum(map(len, statics))))
+    runs.append(enc.footer)
+    merged: list[bytes | _Record] = []  # neighbouring fixed pieces joined
+    pending: list[bytes] = []
+    for run in runs:
+        if isinstance(run, _Record):
+            if pending:
+                merged.append(b"".join(pending))
+                pending = []
+            merged.append(run)
+        elif run:
+            pending.append(run)
+    if pending:
+        merged.append(b"".join(pending))
+    return Stamp(merged, tuple(slots), enc.prefix)

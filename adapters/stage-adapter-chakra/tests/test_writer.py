@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from stage_core.trace import NodeType, ProgramNode, RankProgram, TraceJob
@@ -207,10 +208,11 @@ def test_shared_program_splices_only_dynamic_nodes(job):
     stamp = compile_program(job.programs[1], et.EtEncoding())  # stage 0
     dynamic = [n for n in job.programs[1].nodes
                if n.group is not None or n.peer is not None]
-    assert len(stamp.templates) == len(dynamic) == 4
+    assert sum(not isinstance(r, bytes) for r in stamp.runs) == len(dynamic) == 4
     assert {(s.source, s.key) for s in stamp.slots} == {("group", "pp"), ("group", "dp"),
                                                         ("peer", "pp+1")}
-    assert sum(p is not None for p in stamp.parts) == 3  # static runs between them
+    # the fixed runs between them: header and node 0, node 4, nodes 6 and 300
+    assert sum(isinstance(r, bytes) for r in stamp.runs) == 3
 
 
 def test_each_key_resolved_once_per_rank(job, tmp_path):
@@ -222,3 +224,104 @@ def test_each_key_resolved_once_per_rank(job, tmp_path):
     assert len(calls) == len(set(calls))
     assert sorted(c for c in calls if c[1] == 0) == [
         ("group", 0, "dp"), ("group", 0, "pp"), ("peer", 0, "pp+1")]
+
+
+# --------------------------------------------------------------------------- many ranks, many writers
+
+
+def _wide_job(world: int = 96) -> TraceJob:
+    """pp2 x dp(world/2): two classes of the conftest programs, on many ranks.
+
+    Rank r is stage r // half, data-parallel index r % half; dp groups "1" and "2",
+    pp groups "3".. ; peers are half a world away."""
+    from conftest import stage0, stage1
+
+    half = world // 2
+    groups = {"1": list(range(half)), "2": list(range(half, world))}
+    groups.update({str(3 + i): [i, half + i] for i in range(half)})
+
+    def group_name(rank, key):
+        stage, index = divmod(rank, half)
+        return str(1 + stage) if key == "dp" else str(3 + index)
+
+    def peer_rank(rank, key):
+        return rank + half if key == "pp+1" else rank - half
+
+    programs = (RankProgram(tuple(range(half, world)), stage1().nodes, "stage1"),
+                RankProgram(tuple(range(half)), stage0().nodes, "stage0"))
+    return TraceJob(programs=programs, world_size=world, comm_groups=groups,
+                    group_name=group_name, peer_rank=peer_rank)
+
+
+def _files(folder):
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+@pytest.mark.parametrize("fmt", ["et", "json"])
+def test_same_bytes_with_one_and_many_writers(tmp_path, monkeypatch, fmt):
+    from stage_adapter_chakra import jsontrace, writer
+
+    write = et.write if fmt == "et" else jsontrace.write
+    one, many = _wide_job(), _wide_job()
+    one.workers = 1
+    write(one, tmp_path / "one")
+    # small batches and no minimum, so that three processes share 96 files; each
+    # process leaves its pid beside the files it wrote
+    monkeypatch.setattr(writer, "BATCH", 5)
+    monkeypatch.setattr(writer, "MIN_FILES_PER_WORKER", 1)
+    real = writer._write_file
+
+    def write_file(path, data):
+        real(path, data)
+        (path.parent.parent / f"pid.{os.getpid()}").touch()
+
+    monkeypatch.setattr(writer, "_write_file", write_file)
+    counts = []
+    many.workers, many.progress = 3, counts.append
+    write(many, tmp_path / "many")
+    assert len(list(tmp_path.glob("pid.*"))) > 1  # really written by several processes
+    assert sorted(counts) == [3] * 2 + [5] * 18  # 48 ranks a class: 9 batches of 5, one of 3
+    files = _files(tmp_path / "one")
+    assert len(files) == 96 and files == _files(tmp_path / "many")
+
+
+def test_written_values_follow_the_ranks(tmp_path):
+    job = _wide_job()
+    et.write(job, tmp_path)
+    for rank in (0, 47, 48, 95):
+        _, nodes = etread.read_et_file(tmp_path / f"trace.{rank}.et")
+        program = _program_of(job, rank)
+        for got, want in zip(nodes, program.nodes):
+            assert got.attrs == expected_attrs(job, rank, want)
+
+
+def test_a_subset_of_ranks(tmp_path):
+    full, part = _wide_job(), _wide_job()
+    et.write(full, tmp_path / "full")
+    part.ranks = [0, 3, 47, 48, 90]
+    assert et.write(part, tmp_path / "part") is None
+    got = _files(tmp_path / "part")
+    assert sorted(got) == sorted(f"trace.{r}.et" for r in part.ranks)
+    assert got == {name: data for name, data in _files(tmp_path / "full").items() if name in got}
+    part.ranks = [3, 96]
+    with pytest.raises(ChakraWriteError, match=r"rank 96 asked for is outside 0..95"):
+        et.write(part, tmp_path / "bad")
+
+
+def test_array_resolvers_give_the_same_bytes(tmp_path):
+    import numpy as np
+
+    scalar, arrays = _wide_job(), _wide_job()
+    calls = []
+
+    def group_ids(key, ranks):
+        calls.append(len(ranks))
+        return np.array([int(scalar.group_name(int(r), key)) for r in ranks])
+
+    arrays.group_ids = group_ids
+    arrays.peer_ranks = lambda key, ranks: np.array([scalar.peer_rank(int(r), key) for r in ranks])
+    arrays.group_name = arrays.peer_rank = None  # not called
+    et.write(scalar, tmp_path / "scalar")
+    et.write(arrays, tmp_path / "arrays")
+    assert calls and max(calls) > 1  # whole batches at once
+    assert _files(tmp_path / "scalar") == _files(tmp_path / "arrays")
