@@ -122,7 +122,9 @@ def _worker_signals() -> None:
     # the parent decides on an interrupt and ends the workers; a handler it installed
     # (cleaning up the output folder, say) must not run in them
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    for name in ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
 
 
 def default_workers() -> int:
