@@ -229,13 +229,12 @@ def test_each_key_resolved_once_per_rank(job, tmp_path):
 # --------------------------------------------------------------------------- many ranks, many writers
 
 
-def _wide_job(world: int = 96) -> TraceJob:
-    """pp2 x dp(world/2): two classes of the conftest programs, on many ranks.
+def _wide_job(small: TraceJob, world: int = 96) -> TraceJob:
+    """pp2 x dp(world/2): the two programs of the ``job`` fixture, on many ranks.
 
     Rank r is stage r // half, data-parallel index r % half; dp groups "1" and "2",
     pp groups "3".. ; peers are half a world away."""
-    from conftest import stage0, stage1
-
+    stage1, stage0 = small.programs
     half = world // 2
     groups = {"1": list(range(half)), "2": list(range(half, world))}
     groups.update({str(3 + i): [i, half + i] for i in range(half)})
@@ -247,8 +246,8 @@ def _wide_job(world: int = 96) -> TraceJob:
     def peer_rank(rank, key):
         return rank + half if key == "pp+1" else rank - half
 
-    programs = (RankProgram(tuple(range(half, world)), stage1().nodes, "stage1"),
-                RankProgram(tuple(range(half)), stage0().nodes, "stage0"))
+    programs = (RankProgram(tuple(range(half, world)), stage1.nodes, "stage1"),
+                RankProgram(tuple(range(half)), stage0.nodes, "stage0"))
     return TraceJob(programs=programs, world_size=world, comm_groups=groups,
                     group_name=group_name, peer_rank=peer_rank)
 
@@ -258,11 +257,11 @@ def _files(folder):
 
 
 @pytest.mark.parametrize("fmt", ["et", "json"])
-def test_same_bytes_with_one_and_many_writers(tmp_path, monkeypatch, fmt):
+def test_same_bytes_with_one_and_many_writers(job, tmp_path, monkeypatch, fmt):
     from stage_adapter_chakra import jsontrace, writer
 
     write = et.write if fmt == "et" else jsontrace.write
-    one, many = _wide_job(), _wide_job()
+    one, many = _wide_job(job), _wide_job(job)
     one.workers = 1
     write(one, tmp_path / "one")
     # small batches and no minimum, so that three processes share 96 files; each
@@ -285,8 +284,8 @@ def test_same_bytes_with_one_and_many_writers(tmp_path, monkeypatch, fmt):
     assert len(files) == 96 and files == _files(tmp_path / "many")
 
 
-def test_written_values_follow_the_ranks(tmp_path):
-    job = _wide_job()
+def test_written_values_follow_the_ranks(job, tmp_path):
+    job = _wide_job(job)
     et.write(job, tmp_path)
     for rank in (0, 47, 48, 95):
         _, nodes = etread.read_et_file(tmp_path / f"trace.{rank}.et")
@@ -295,8 +294,8 @@ def test_written_values_follow_the_ranks(tmp_path):
             assert got.attrs == expected_attrs(job, rank, want)
 
 
-def test_a_subset_of_ranks(tmp_path):
-    full, part = _wide_job(), _wide_job()
+def test_a_subset_of_ranks(job, tmp_path):
+    full, part = _wide_job(job), _wide_job(job)
     et.write(full, tmp_path / "full")
     part.ranks = [0, 3, 47, 48, 90]
     assert et.write(part, tmp_path / "part") is None
@@ -308,10 +307,10 @@ def test_a_subset_of_ranks(tmp_path):
         et.write(part, tmp_path / "bad")
 
 
-def test_array_resolvers_give_the_same_bytes(tmp_path):
+def test_array_resolvers_give_the_same_bytes(job, tmp_path):
     import numpy as np
 
-    scalar, arrays = _wide_job(), _wide_job()
+    scalar, arrays = _wide_job(job), _wide_job(job)
     calls = []
 
     def group_ids(key, ranks):
