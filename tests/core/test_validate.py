@@ -535,7 +535,10 @@ def test_bad_group_definitions():
 import copy  # noqa: E402
 import random  # noqa: E402
 
-import stage_core.validate as validate_module  # noqa: E402
+from stage_core.validate import groups as groups_module  # noqa: E402
+from stage_core.validate import ranks as ranks_module  # noqa: E402
+from stage_core.validate import shapes as shapes_module  # noqa: E402
+from stage_core.validate import structure as structure_module  # noqa: E402
 
 CLASS_GROUPS = {"1": [0, 1, 2, 3], "2": [4, 5, 6, 7], "3": [0, 4], "4": [1, 5],
                 "5": [2, 6], "6": [3, 7]}
@@ -589,12 +592,12 @@ def reasons_by_rank(problems):
 @pytest.fixture
 def structure_calls(monkeypatch):
     calls = []
-    real = validate_module._structure
+    real = shapes_module.check_structure
 
     def counted(nodes, limit):
         calls.append(len(nodes))
         return real(nodes, limit)
-    monkeypatch.setattr(validate_module, "_structure", counted)
+    monkeypatch.setattr(shapes_module, "check_structure", counted)
     return calls
 
 
@@ -681,18 +684,19 @@ def _every_group_in_full(groups, summaries, out):
         used.update(dict.fromkeys(summary.pg_names))
     for pg in used:
         members = [m for m in sorted(groups[pg]) if m in summaries]
-        validate_module._check_sequences(pg, members, summaries, out)
-    validate_module._check_collective_order(validate_module._issue_order(summaries), out)
+        groups_module.check_sequences(pg, members, summaries, out)
+    groups_module.check_collective_order(groups_module.issue_order(summaries), out)
 
 
 def reference(trace_set, max_problems, monkeypatch):
-    unbounded = validate_module._Recorder
+    unbounded = structure_module.Recorder
     with monkeypatch.context() as m:
-        m.setattr(validate_module, "_Recorder", lambda limit: unbounded(1 << 30))
-        m.setattr(validate_module._Shapes, "shape",
-                  lambda self, nodes: validate_module._structure(tuple(nodes), self.limit))
-        m.setattr(validate_module, "_all_members", lambda *args: None)
-        m.setattr(validate_module, "_check_collectives", _every_group_in_full)
+        for module in (structure_module, ranks_module):
+            m.setattr(module, "Recorder", lambda limit: unbounded(1 << 30))
+        m.setattr(shapes_module.Shapes, "shape",
+                  lambda self, nodes: shapes_module.check_structure(tuple(nodes), self.limit))
+        m.setattr(ranks_module, "_all_members", lambda *args: None)
+        m.setattr(groups_module, "check_collectives", _every_group_in_full)
         return validate(trace_set, max_problems)
 
 
@@ -759,9 +763,9 @@ def test_tiny_bounds_change_nothing(monkeypatch):
         ranks = class_ranks()
         sets.append(_mutate(rng, ranks) if rng.random() < 0.7 else ranks)
     want = [validate(class_set(ranks)) for ranks in sets]
-    monkeypatch.setattr(validate_module._Shapes, "MAX_SHAPES", 1)
-    monkeypatch.setattr(validate_module._Shapes, "MAX_HELD", 1)
-    monkeypatch.setattr(validate_module._Shapes, "MAX_MEMO", 0)
+    monkeypatch.setattr(shapes_module.Shapes, "MAX_SHAPES", 1)
+    monkeypatch.setattr(shapes_module.Shapes, "MAX_HELD", 1)
+    monkeypatch.setattr(shapes_module.Shapes, "MAX_MEMO", 0)
     assert [validate(class_set(ranks)) for ranks in sets] == want
 
 
@@ -840,9 +844,9 @@ def pipe_set(ranks, groups=PIPE_GROUPS) -> TraceSet:
 
 @pytest.fixture
 def order_graphs(monkeypatch):
-    """Sizes of the graphs _kahn_leftover is given, and the calls to _issue_order."""
+    """Sizes of the graphs kahn_leftover is given, and the calls to issue_order."""
     calls = {"kahn": [], "issue_order": 0}
-    kahn, issue = validate_module._kahn_leftover, validate_module._issue_order
+    kahn, issue = groups_module.kahn_leftover, groups_module.issue_order
 
     def counted_kahn(edges):
         edges = list(edges) if not isinstance(edges, dict) else edges
@@ -852,8 +856,8 @@ def order_graphs(monkeypatch):
     def counted_issue(summaries):
         calls["issue_order"] += 1
         return issue(summaries)
-    monkeypatch.setattr(validate_module, "_kahn_leftover", counted_kahn)
-    monkeypatch.setattr(validate_module, "_issue_order", counted_issue)
+    monkeypatch.setattr(groups_module, "kahn_leftover", counted_kahn)
+    monkeypatch.setattr(groups_module, "issue_order", counted_issue)
     return calls
 
 
