@@ -21,7 +21,7 @@ from . import __version__
 from .api import DEFAULT_MODEL, DEFAULT_PLAN, check_output_dir, plan_job, read_trace_set, write_trace_set
 from .errors import PluginError, StageError, TraceError, UsageError
 from .models import param_counts
-from .parallel.plan import DEFAULT_ORDER, RECOMPUTE, Plan, parse_stage_layers
+from .parallel.plan import CHOICES, COUNTS, DEFAULT_ORDER, Plan, divisors, flag, parse_stage_layers
 from .plugins import PluginHost
 from .records import PlanSpec
 
@@ -35,7 +35,26 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
-def _add_plan_flags(p: argparse.ArgumentParser) -> None:
+def _count_flag(g, field: str, metavar: str, help: str) -> None:
+    """A flag for a Plan field in ``plan.COUNTS`` (checked by Plan.check_basic)."""
+    assert field in COUNTS, field
+    g.add_argument(flag(field), type=int, metavar=metavar, help=help)
+
+
+def _choice_flag(g, field: str, help: str) -> None:
+    """A flag for a Plan field in ``plan.CHOICES``: --help lists the values Plan.check_basic accepts."""
+    valid = CHOICES[field]
+    g.add_argument(flag(field), type=type(valid[0]), metavar="|".join(map(str, valid)),
+                   help=f"{help} (default {getattr(Plan(), field)})")
+
+
+def _host_choice_flag(g, name: str, valid: Sequence[str], default: str, help: str) -> None:
+    """A flag whose values plugins provide (schedules, trace formats): listed from the host.
+    (Its parsed default is None, as for every plan flag; ``default`` is for --help.)"""
+    g.add_argument(name, metavar="|".join(valid) or "NAME", help=f"{help} (default {default})")
+
+
+def _add_plan_flags(p: argparse.ArgumentParser, host: PluginHost | None) -> None:
     # every default is None: a flag left out takes the --plan's value, else the Plan default
     g = p.add_argument_group("model")
     g.add_argument("--model", help=f"a preset name (see `stage models`) or a Hugging Face config.json "
@@ -47,27 +66,29 @@ def _add_plan_flags(p: argparse.ArgumentParser) -> None:
                                                   "alongside override its settings")
     for axis, text in (("dp", "data parallel"), ("tp", "tensor parallel"), ("pp", "pipeline parallel"),
                        ("cp", "context parallel"), ("ep", "expert parallel (carved out of dp x cp)")):
-        g.add_argument(f"--{axis}", type=int, metavar="N", help=f"{text} degree (default 1)")
+        _count_flag(g, axis, "N", f"{text} degree (default 1)")
     g.add_argument("--sp", action=argparse.BooleanOptionalAction, help="Megatron sequence parallel (with --tp)")
-    g.add_argument("--zero", type=int, metavar="0|1|2|3", help="ZeRO stage (3 = FSDP); default 0")
-    g.add_argument("--recompute", metavar="|".join(RECOMPUTE), help="activation recompute; default none")
-    g.add_argument("--schedule", metavar="gpipe|1f1b|interleaved", help="pipeline schedule (default 1f1b)")
-    g.add_argument("--virtual-stages", type=int, metavar="V", help="virtual stages per pipeline rank")
+    _choice_flag(g, "zero", "ZeRO stage (3 = FSDP)")
+    _choice_flag(g, "recompute", "activation recompute")
+    schedules = [s.name for s in host.schedules()] if host is not None else []
+    _host_choice_flag(g, "--schedule", schedules, Plan().schedule, "pipeline schedule")
+    _count_flag(g, "virtual_stages", "V", "virtual stages per pipeline rank (default 1)")
     g.add_argument("--stage-layers", metavar="auto|N,N,...",
                    help="layers per pipeline stage (pp x virtual-stages counts, in order), or auto: balanced by "
                         "compute, the embedding and the LM head counted as one layer each (default: an even split)")
-    g.add_argument("--grad-dtype", metavar="bf16|fp32",
-                   help="gradient buffers and their reduction (default bf16; Megatron keeps fp32 main grads)")
-    g.add_argument("--optimizer-dtype", metavar="fp32|bf16",
-                   help="master weights, momentum and variance (default fp32)")
+    _choice_flag(g, "grad_dtype", "gradient buffers and their reduction (Megatron keeps fp32 main grads)")
+    _choice_flag(g, "optimizer_dtype", "master weights, momentum and variance")
     g = p.add_argument_group("batch")
     g.add_argument("--seq-len", type=int, metavar="S", help="tokens per sequence (default: the model's)")
-    g.add_argument("--micro-batch-size", type=int, metavar="b", help="sequences per micro-batch (default 1)")
-    g.add_argument("--micro-batches", type=int, metavar="m",
-                   help="micro-batches per step (gradient accumulation; default 1)")
+    _count_flag(g, "micro_batch_size", "b", "sequences per micro-batch (default 1)")
+    _count_flag(g, "micro_batches", "m", "micro-batches per step (gradient accumulation; default 1)")
     g.add_argument("--global-batch", type=int, metavar="B",
                    help="sequences per step; sets micro-batches to B / (dp x micro-batch-size)")
     g.add_argument("--order", help=f"rank order, fastest first (default {DEFAULT_ORDER})")
+
+
+def _listed(values: Sequence[int], most: int = 12) -> str:
+    return ", ".join(map(str, values[:most])) + (", ..." if len(values) > most else "")
 
 
 def _overrides(pairs: Sequence[str]) -> dict[str, str]:
@@ -113,7 +134,9 @@ def plan_from_args(args, host: PluginHost | None = None) -> tuple[str, dict[str,
     used_default = args.model is None and not degrees_given and not args.set and not args.plan
     if args.plan:
         args = with_plan_preset(args, (host or PluginHost()).plan(args.plan))
-    model = args.model or DEFAULT_MODEL
+    model = DEFAULT_MODEL if args.model is None else args.model
+    if not model.strip():
+        raise UsageError(f"--model {model!r}: empty; give a preset name (see `stage models`) or a config.json path")
     base = DEFAULT_PLAN if used_default else Plan()
 
     def given(name: str):
@@ -128,11 +151,15 @@ def plan_from_args(args, host: PluginHost | None = None) -> tuple[str, dict[str,
         per_step = dp * micro_batch_size if dp > 0 and micro_batch_size > 0 else 0
         if per_step <= 0:
             pass  # Plan.check_basic names the bad degree
+        elif args.global_batch % micro_batch_size:
+            raise UsageError(
+                f"--micro-batch-size {micro_batch_size} must divide the global batch {args.global_batch}; "
+                f"valid --micro-batch-size: {_listed(divisors(args.global_batch))}"
+            )
         elif args.global_batch % per_step:
-            valid = [d for d in range(1, args.global_batch + 1) if args.global_batch % (d * micro_batch_size) == 0]
             raise UsageError(
                 f"--dp {dp}: dp x micro-batch-size ({per_step}) must divide the global batch {args.global_batch}; "
-                f"valid --dp: {', '.join(map(str, valid))}"
+                f"valid --dp: {_listed(divisors(args.global_batch // micro_batch_size))}"
             )
         else:
             derived = args.global_batch // per_step
@@ -319,14 +346,16 @@ def build_parser(host: PluginHost | None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     p = sub.add_parser("generate", help="write one trace per GPU (default: gpt-tiny on 8 GPUs into ./traces)")
-    _add_plan_flags(p)
-    p.add_argument("--format", default="chakra", help="trace format (chakra or chakra-json)")
+    _add_plan_flags(p, host)
+    formats = [b.name for b in host.backends()] if host is not None else []
+    _host_choice_flag(p, "--format", formats, "chakra", "trace format")
+    p.set_defaults(format="chakra")
     p.add_argument("-o", "--output", default="traces", metavar="DIR", help="output folder (default ./traces)")
     p.add_argument("--no-validate", action="store_true", help="skip checking the set before it is moved into place")
     p.set_defaults(run=cmd_generate)
 
     p = sub.add_parser("report", help="FLOPs, memory and traffic per rank class, without writing traces")
-    _add_plan_flags(p)
+    _add_plan_flags(p, host)
     p.add_argument("--json", action="store_true", help="print the manifest's JSON instead of a table")
     p.set_defaults(run=cmd_report)
 

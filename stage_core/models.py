@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import typing
 from collections import Counter
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 from . import sym
 from .errors import UsageError
@@ -43,10 +44,30 @@ PLAN_DIMS = ("b", "s")
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """Base of every family's config: ``name`` and ``family`` plus the family's fields."""
+    """Base of every family's config: ``name`` and ``family`` plus the family's fields.
+
+    ``HF_STAGE_KEYS``: the fields a Hugging Face ``config.json`` carries in its optional
+    ``"stage"`` object (STAGE's own settings, which Hugging Face has no key for).
+    :meth:`HFKeys.make` reads that object for every family and :meth:`stage_block`
+    writes it, so no plugin reads or forgets it on its own; a family extends the tuple
+    for a setting of its own (fields it does not have are skipped).
+    """
+
+    HF_STAGE_KEYS: ClassVar[tuple[str, ...]] = ("name", "vocab_pad_to", "seq_len", "attention", "causal_flops",
+                                                "dtype")
 
     name: str = ""
     family: str = ""
+
+    @classmethod
+    def hf_stage_keys(cls) -> tuple[str, ...]:
+        """The ``"stage"`` keys of a config.json of this family (see ``HF_STAGE_KEYS``)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return tuple(k for k in cls.HF_STAGE_KEYS if k in names)
+
+    def stage_block(self) -> dict[str, Any]:
+        """The ``"stage"`` object of this config's config.json (``to_hf`` writes it)."""
+        return {key: getattr(self, key) for key in self.hf_stage_keys()}
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -240,13 +261,19 @@ def check_int(cfg, *fields: str, minimum: int = 1, optional: bool = False, why: 
             raise _bad(cfg, field, f"expected {what}" + (f" ({why})" if why else ""))
 
 
+def is_positive_number(value) -> bool:
+    """A finite int or float > 0 (a bool, NaN or infinity is not)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+            and (isinstance(value, int) or math.isfinite(value)))
+
+
 def check_positive_number(cfg, *fields: str, optional: bool = False) -> None:
-    """Each field is an int or float > 0; ``optional``: ``None`` passes too."""
+    """Each field is a finite int or float > 0; ``optional``: ``None`` passes too."""
     for field in fields:
         value = getattr(cfg, field)
         if value is None and optional:
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        if not is_positive_number(value):
             raise _bad(cfg, field, "expected a positive number")
 
 
@@ -360,11 +387,11 @@ class HFKeys:
         return default
 
     def number(self, key: str, default: float) -> float:
-        """The positive number (int or float) at ``key``; absent or null: ``default``."""
+        """The positive finite number (int or float) at ``key``; absent or null: ``default``."""
         value = self.data.get(key)
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        if not is_positive_number(value):
             self.fail(key, "expected a positive number")
         return value
 
@@ -392,17 +419,22 @@ class HFKeys:
         section = self.data.get("stage")
         if section is None:
             return {}
+        keys = ", ".join(valid) or "none"
         if not isinstance(section, Mapping):
-            raise UsageError(f"{self.label}: key 'stage' must be an object with keys {', '.join(valid)}")
-        unknown = sorted(set(section) - set(valid))
+            raise UsageError(f"{self.label}: key 'stage' must be an object with keys among: {keys}")
+        unknown = sorted(map(str, set(section) - set(valid)))
         if unknown:
             raise UsageError(
-                f"{self.label}: unknown key(s) stage.{', stage.'.join(unknown)}; valid: {', '.join(valid)}"
+                f"{self.label}: unknown key(s) stage.{', stage.'.join(unknown)}; valid: {keys}"
             )
         return dict(section)
 
     def make(self, config_class, fields: Mapping[str, Any]):
-        """``config_class(**fields)``, its :class:`UsageError` prefixed with the label."""
+        """``config_class(**fields)`` with the config.json's ``"stage"`` object applied over
+        ``fields`` (keys from ``config_class.hf_stage_keys()``), its :class:`UsageError`
+        prefixed with the label."""
+        keys = config_class.hf_stage_keys() if hasattr(config_class, "hf_stage_keys") else ()
+        fields = {**fields, **self.stage_section(keys)}
         try:
             return config_class(**fields)
         except UsageError as exc:

@@ -120,7 +120,7 @@ class Sizes:
             if size % d:
                 raise UsageError(
                     f"{'×'.join(axes)} degree {d} does not divide dim {e} = {size} used by op {op.name}; "
-                    f"choose a degree that divides {size}"
+                    f"{_fix(e, size)}"
                 )
             out[letter] = size // d
         return out
@@ -142,9 +142,7 @@ class Sizes:
                 n *= size / div
                 continue
             if size % div:
-                raise UsageError(
-                    f"degree {div} does not divide dim {d} = {size} of tensor {t.name}; choose a degree that divides {size}"
-                )
+                raise UsageError(f"degree {div} does not divide dim {d} = {size} of tensor {t.name}; {_fix(d, size)}")
             n *= size // div
         return -(-_whole(n, t.name) // flat)
 
@@ -159,6 +157,18 @@ def _whole(n, what: str) -> int:
             raise ValueError(f"{what}: {n} is not a whole number (expert slots are whole only per expert set)")
         return n.numerator
     return n
+
+
+#: the plan's dims, and the flags that set them
+_PLAN_FLAGS = {"b": "--micro-batch-size (b is micro-batch size x dp)", "s": "--seq-len"}
+
+
+def _fix(e, size: int) -> str:
+    """What to change when a degree does not divide the dim ``e`` (of value ``size``)."""
+    flags = [text for name, text in _PLAN_FLAGS.items() if name in sym.names_in(e)]
+    if flags:
+        return f"raise {' or '.join(flags)} so that it divides, or choose a degree that divides {size}"
+    return f"choose a degree that divides {size}"
 
 
 def _times(coeff, n: int) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from math import isqrt
 
 from ..errors import UsageError
 
@@ -11,6 +12,32 @@ AXES = ("tp", "cp", "ep", "dp", "pp")
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"
 RECOMPUTE = ("none", "selective", "full")
 ZERO_STAGES = (0, 1, 2, 3)
+GRAD_DTYPES = ("bf16", "fp16", "fp32")
+OPTIMIZER_DTYPES = ("fp32", "bf16")
+
+# One place for what a plan flag accepts: Plan.check_basic checks these and the CLI
+# builds --help from them (stage_core.cli's _count_flag and _choice_flag).  A new
+# plan field with a fixed list of values adds a row to CHOICES; a new count, to COUNTS.
+
+#: Plan fields that count something: positive integers
+COUNTS = ("dp", "tp", "pp", "cp", "ep", "virtual_stages", "micro_batch_size", "micro_batches")
+#: Plan fields whose value is one of a fixed list, and that list
+CHOICES: dict[str, tuple] = {
+    "zero": ZERO_STAGES,
+    "recompute": RECOMPUTE,
+    "grad_dtype": GRAD_DTYPES,
+    "optimizer_dtype": OPTIMIZER_DTYPES,
+}
+
+
+def flag(field: str) -> str:
+    """The command-line flag of a Plan field (``micro_batches`` -> ``--micro-batches``)."""
+    return "--" + field.replace("_", "-")
+
+
+def is_count(value) -> bool:
+    """A positive integer (a bool is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 @dataclass(frozen=True)
@@ -60,17 +87,15 @@ class Plan:
 
     def check_basic(self) -> None:
         """Checks that need no model: positive degrees, known names, a valid order."""
-        for name in ("dp", "tp", "pp", "cp", "ep", "virtual_stages", "micro_batch_size", "micro_batches"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                flag = name.replace("_", "-")
-                raise UsageError(f"--{flag} {value}: must be a positive integer (1 or more)")
-        if self.seq_len is not None and (not isinstance(self.seq_len, int) or self.seq_len < 1):
+        for name in COUNTS:
+            if not is_count(getattr(self, name)):
+                raise UsageError(f"{flag(name)} {getattr(self, name)}: must be a positive integer (1 or more)")
+        if self.seq_len is not None and not is_count(self.seq_len):
             raise UsageError(f"--seq-len {self.seq_len}: must be a positive integer")
-        if self.zero not in ZERO_STAGES:
-            raise UsageError(f"--zero {self.zero}: valid stages are 0, 1, 2, 3")
-        if self.recompute not in RECOMPUTE:
-            raise UsageError(f"--recompute {self.recompute}: valid values are {', '.join(RECOMPUTE)}")
+        for name, valid in CHOICES.items():
+            value = getattr(self, name)
+            if type(value) is not type(valid[0]) or value not in valid:
+                raise UsageError(f"{flag(name)} {value}: valid values are {', '.join(map(str, valid))}")
         parts = self.order.split("-")
         if sorted(parts) != sorted(AXES):
             raise UsageError(
@@ -90,10 +115,6 @@ class Plan:
             self._check_stage_layers()
         if self.zero and self.dp == 1:
             raise UsageError(f"--zero {self.zero} shards model state over data parallel ranks; it needs --dp above 1")
-        if self.grad_dtype not in ("bf16", "fp16", "fp32"):
-            raise UsageError(f"--grad-dtype {self.grad_dtype}: valid are bf16, fp16, fp32")
-        if self.optimizer_dtype not in ("fp32", "bf16"):
-            raise UsageError(f"--optimizer-dtype {self.optimizer_dtype}: valid are fp32, bf16")
 
 
     def _check_stage_layers(self) -> None:
@@ -121,6 +142,14 @@ def parse_stage_layers(text: str) -> tuple[int, ...] | str:
                          f"comma-separated (e.g. 7,8,8,7)") from None
 
 
-def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+def divisors(n: int, trials: int = 10**6) -> list[int]:
+    """The divisors of ``n`` >= 1, ascending, found by at most ``trials`` trial divisions
+    (exact up to ``trials**2``; above it, those up to ``trials`` and their cofactors)."""
+    small, large = [], []
+    for d in range(1, min(isqrt(n), trials) + 1):
+        if n % d == 0:
+            small.append(d)
+            if d != n // d:
+                large.append(n // d)
+    return small + large[::-1]
 

@@ -257,9 +257,14 @@ def test_hf_keys_stage_section_and_make():
     assert HFKeys({"stage": {"seq_len": 32}}).stage_section(("seq_len",)) == {"seq_len": 32}
     with pytest.raises(UsageError, match="'stage' must be an object"):
         HFKeys({"stage": []}).stage_section(("seq_len",))
+    with pytest.raises(UsageError, match=r"^dir/config.json: unknown key\(s\) stage.bogus; valid: name, seq_len"):
+        r.make(Cfg, {"heads": 2})  # make reads the "stage" object for every family
+    r = HFKeys({"stage": {"seq_len": 32}}, label="dir/config.json")
     with pytest.raises(UsageError, match="^dir/config.json: Cfg heads=3 does not divide"):
         r.make(Cfg, {"heads": 3})
-    assert r.make(Cfg, {"heads": 2}).heads == 2
+    made = r.make(Cfg, {"heads": 2, "seq_len": 8})
+    assert made.heads == 2 and made.seq_len == 32  # the "stage" object wins over what config.json implied
+    assert made.stage_block() == {"name": made.name, "seq_len": 32, "attention": made.attention}
 
 
 # ---------------------------------------------------------------------- exact totals

@@ -18,8 +18,6 @@ from stage_core.models import HFKeys
 from .config import GPTConfig
 
 MODEL_TYPES = ("gpt2",)
-#: GPTConfig fields carried in config.json's "stage" object
-STAGE_KEYS = ("name", "vocab_pad_to", "seq_len", "attention", "causal_flops", "dtype")
 
 
 def config_from_hf(source: Mapping[str, Any] | str | os.PathLike) -> GPTConfig | None:
@@ -48,7 +46,6 @@ def config_from_hf(source: Mapping[str, Any] | str | os.PathLike) -> GPTConfig |
         "seq_len": positions,
         "tie_embeddings": r.bool("tie_word_embeddings", True),
     }
-    fields.update(r.stage_section(STAGE_KEYS))
     return r.make(GPTConfig, fields)
 
 
@@ -67,6 +64,6 @@ def to_hf(config: GPTConfig) -> dict[str, Any]:
         "vocab_size": c.vocab_size,
         "activation_function": "gelu_new",
         "tie_word_embeddings": c.tie_embeddings,
-        "stage": {key: getattr(c, key) for key in STAGE_KEYS},
+        "stage": c.stage_block(),
     }
 

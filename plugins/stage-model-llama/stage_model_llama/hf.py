@@ -28,8 +28,6 @@ from .config import LlamaConfig
 
 MODEL_TYPES = ("llama", "mistral", "qwen2")
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
-#: LlamaConfig fields carried in config.json's "stage" object
-STAGE_KEYS = ("name", "vocab_pad_to", "seq_len", "attention", "causal_flops", "dtype")
 #: training sequence length when config.json says nothing (Llama 3 pre-trained at 8192)
 DEFAULT_SEQ_CAP = 8192
 SILU = ("silu", "swish")
@@ -84,7 +82,6 @@ def config_from_hf(source: Mapping[str, Any] | str | os.PathLike) -> LlamaConfig
         "tie_embeddings": tie,
         "qkv_bias": model_type == "qwen2",
     }
-    fields.update(r.stage_section(STAGE_KEYS))
     return r.make(LlamaConfig, fields)
 
 
@@ -121,6 +118,6 @@ def to_hf(config: LlamaConfig, model_type: str | None = None) -> dict[str, Any]:
     if mt == "llama":
         out["attention_bias"] = False
         out["mlp_bias"] = False
-    out["stage"] = {key: getattr(c, key) for key in STAGE_KEYS}
+    out["stage"] = c.stage_block()
     return out
 

@@ -53,6 +53,8 @@ class MoEConfig(ModelConfig):
     ``topk_groups`` are likewise carried for the round trip and cost nothing.
     """
 
+    HF_STAGE_KEYS = ModelConfig.HF_STAGE_KEYS + ("capacity_factor",)
+
     name: str = "moe-tiny"
     family: str = FAMILY
     arch: str = "mixtral"

@@ -191,4 +191,5 @@ def to_hf(cfg: MoEConfig) -> dict[str, Any]:
             v_head_dim=cfg.v_head_dim,
             num_nextn_predict_layers=cfg.mtp_layers,
         )
+    out["stage"] = cfg.stage_block()
     return out

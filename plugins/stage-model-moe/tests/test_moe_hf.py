@@ -125,3 +125,17 @@ def test_explicit_head_dim():
     # a head_dim equal to hidden/heads is the derived one
     assert config_from_hf({**MIXTRAL_8X7B, "head_dim": 128}).head_dim is None
     assert isinstance(config_from_hf(MIXTRAL_8X7B), MoEConfig)
+
+
+def test_the_stage_object_is_read_and_written_like_every_familys():
+    # it was silently ignored: {"stage": {"seq_len": 64}} gave seq_len 4096
+    data = dict(MIXTRAL_8X7B, stage={"seq_len": 64, "dtype": "fp32", "capacity_factor": 1.25,
+                                     "attention": "classic"})
+    cfg = config_from_hf(data)
+    assert (cfg.seq_len, cfg.dtype, cfg.capacity_factor, cfg.attention) == (64, "fp32", 1.25, "classic")
+    assert to_hf(cfg)["stage"]["capacity_factor"] == 1.25 and config_from_hf(to_hf(cfg)) == cfg
+    with pytest.raises(UsageError, match=r"unknown key\(s\) stage.experts; valid: name, vocab_pad_to, seq_len, "
+                                         r"attention, causal_flops, dtype, capacity_factor"):
+        config_from_hf(dict(MIXTRAL_8X7B, stage={"experts": 2}))
+    with pytest.raises(UsageError, match="capacity_factor=inf: expected a positive number"):
+        config_from_hf(dict(MIXTRAL_8X7B, stage={"capacity_factor": float("inf")}))

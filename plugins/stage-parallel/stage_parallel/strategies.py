@@ -137,8 +137,9 @@ def validate_pp(graph, plan) -> list[str]:
     elif given is None and layers % chunks:
         valid = [str(d) for d in divisors(layers) if layers % (d * plan.virtual_stages) == 0]
         uneven = "; or give --stage-layers auto (or one count per stage)" if chunks <= layers else ""
-        out.append(f"{what}: the {layers} layers must split into {chunks} equal chunks; valid --pp: "
-                   f"{', '.join(valid)}{uneven}")
+        fix = (f"valid --pp: {', '.join(valid)}" if valid else
+               f"--virtual-stages must divide {layers}; valid: {', '.join(map(str, divisors(layers)))}")
+        out.append(f"{what}: the {layers} layers must split into {chunks} equal chunks; {fix}{uneven}")
     elif chunks > layers:
         out.append(f"{what}: {chunks} stages for {layers} layers; every stage needs at least one layer")
     if plan.virtual_stages > 1:

@@ -99,9 +99,13 @@ def test_schedules_order_steps_as_published():
     (Plan(pp=3), "valid --pp: 1, 2"),
     (Plan(pp=2, virtual_stages=2), "--schedule interleaved"),
     (Plan(pp=2, virtual_stages=2, schedule="interleaved", micro_batches=3), "multiple of --pp 2"),
+    # no --pp splits 3 layers into 2 chunks each: the fix is --virtual-stages ("valid --pp: " was empty)
+    (Plan(pp=3, virtual_stages=2, schedule="interleaved", micro_batches=3),
+     "the 3 layers must split into 6 equal chunks; --virtual-stages must divide 3; valid: 1, 3"),
 ])
 def test_bad_pipeline_plans_are_refused(host, plan, needle):
     from stage_core.errors import UsageError
 
+    layers = "3" if plan.pp == 3 and plan.virtual_stages == 2 else "2" if plan.virtual_stages == 1 else "4"
     with pytest.raises(UsageError, match=needle.replace("(", r"\(")):
-        plan_job(host, "toy", {"layers": "2" if plan.virtual_stages == 1 else "4"}, plan)
+        plan_job(host, "toy", {"layers": layers}, plan)
