@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import __version__
+from . import __version__, hardware
 from .autodiff import OptimizerConfig, differentiate
 from .errors import TraceError, UsageError
 from .ir.graph import Graph
@@ -24,7 +24,8 @@ from .parallel.placement import ShardedGraph
 from .parallel.plan import Plan
 from .parallel.propagate import propagate
 from .plugins import PluginHost
-from .records import ModelSpec
+from .records import HardwareSpec, ModelSpec
+from .timing import KernelTimer, time_programs
 from .trace import TraceJob
 
 DEFAULT_MODEL = "gpt-tiny"
@@ -114,8 +115,13 @@ def _strategies(host: PluginHost, plan: Plan):
 
 
 def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[str, str] | None = None,
-             plan: Plan = DEFAULT_PLAN) -> Result:
-    """Everything up to the files: the programs, their reports and the manifest."""
+             plan: Plan = DEFAULT_PLAN, gpu: HardwareSpec | None = None) -> Result:
+    """Everything up to the files: the programs, their reports and the manifest.
+
+    With ``gpu`` (a hardware preset, see :func:`stage_core.hardware.resolve`) every
+    compute node is timed by the GPU's compute model (``duration_micros``); the
+    manifest then records the hardware and, per rank class, ``compute_time_us``.
+    """
     plan.check_basic()
     spec, config = resolve_model(host, model, overrides)
     seq_len = plan.seq_len or getattr(config, "seq_len", None)
@@ -153,8 +159,16 @@ def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[st
     lowered = lower(prop, plan, mesh, dims, schedule.order)
     groups = GroupTable(mesh, lowered.group_keys)
     manifest = make_manifest(config, plan, mesh.world_size, lowered.reports, lowered.stage_layers)
+    programs = lowered.programs
+    if gpu is not None:
+        model_spec = host.compute_model(gpu.gpu.compute_model, gpu.gpu.name)
+        programs, micros = time_programs(programs, KernelTimer(model_spec, gpu))
+        manifest["hardware"] = hardware.to_dict(gpu)
+        manifest["compute_model"] = model_spec.name
+        for rc, us in zip(manifest["rank_classes"], micros):
+            rc["compute_time_us"] = us
     job = TraceJob(
-        programs=lowered.programs,
+        programs=programs,
         world_size=mesh.world_size,
         comm_groups=groups.groups,
         group_name=groups.name,

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Sequence
 
-from . import __version__
+from . import __version__, hardware
 from .api import DEFAULT_MODEL, DEFAULT_PLAN, check_output_dir, plan_job, read_trace_set, write_trace_set
 from .errors import PluginError, StageError, TraceError, UsageError
 from .models import param_counts
@@ -102,7 +102,7 @@ def _overrides(pairs: Sequence[str]) -> dict[str, str]:
 
 
 #: parsed keys that are not plan settings
-_NOT_PLAN = ("command", "run", "json", "plan")
+_NOT_PLAN = ("command", "run", "json", "plan", "gpu")
 
 
 def with_plan_preset(args, spec: PlanSpec):
@@ -203,12 +203,24 @@ def _ranks_text(ranks: Sequence[int]) -> str:
     return ",".join(map(str, ranks[:8])) + ("..." if len(ranks) > 8 else "")
 
 
+def _add_gpu_flag(p: argparse.ArgumentParser, host: PluginHost | None) -> None:
+    presets = [h.name for h in host.hardware()] if host is not None else []
+    p.add_argument("--gpu", metavar="|".join([*presets, "FILE"]),
+                   help="time every kernel on this GPU: a hardware preset or a hardware file (`stage calibrate` "
+                        "writes one); each compute node gets its duration (default: untimed)")
+
+
+def _gpu(host: PluginHost, args):
+    return hardware.resolve(host, args.gpu) if args.gpu else None
+
+
 def cmd_generate(host: PluginHost, args) -> int:
     model, overrides, plan, used_default = plan_from_args(args, host)
     check_output_dir(args.output)  # before any work
     out = Path(args.output)
+    gpu = _gpu(host, args)
     start = time.perf_counter()
-    result = plan_job(host, model, overrides, plan)
+    result = plan_job(host, model, overrides, plan, gpu)
     write_trace_set(host, result, args.output, args.format, validate=not args.no_validate)
     seconds = time.perf_counter() - start
     nodes = sum(len(p.nodes) * len(p.ranks) for p in result.job.programs)
@@ -218,6 +230,10 @@ def cmd_generate(host: PluginHost, args) -> int:
     check = "" if args.no_validate else ", validated"
     print(f"wrote {result.job.world_size} traces ({what}; {len(result.job.programs)} rank class"
           f"{'es' if len(result.job.programs) != 1 else ''}, {nodes:,} nodes) to {out}/ in {seconds:.2f} s{check}")
+    if gpu is not None:
+        longest = max(rc["compute_time_us"] for rc in result.manifest["rank_classes"])
+        print(f"timed on {gpu.name} ({result.manifest['compute_model']} compute model): "
+              f"up to {longest / 1e3:,.3f} ms of compute per GPU per step")
     return 0
 
 
@@ -236,7 +252,7 @@ def _plan_text(plan: Plan) -> str:
 
 def cmd_report(host: PluginHost, args) -> int:
     model, overrides, plan, _ = plan_from_args(args, host)
-    result = plan_job(host, model, overrides, plan)
+    result = plan_job(host, model, overrides, plan, _gpu(host, args))
     if args.json:
         print(json.dumps(result.manifest, indent=2))
         return 0
@@ -254,6 +270,9 @@ def cmd_report(host: PluginHost, args) -> int:
         print("  memory    " + "  ".join(f"{k} {_human(v)}" for k, v in mem.items()))
         comm = {k: v for k, v in rc["comm_bytes"].items() if v}
         print("  traffic   " + ("  ".join(f"{k} {_human(v)}" for k, v in comm.items()) or "none"))
+        if "compute_time_us" in rc:
+            print(f"  compute   {rc['compute_time_us'] / 1e3:,.3f} ms on {m['hardware']['name']} "
+                  f"({m['compute_model']} compute model)")
     return 0
 
 
@@ -347,6 +366,7 @@ def build_parser(host: PluginHost | None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("generate", help="write one trace per GPU (default: gpt-tiny on 8 GPUs into ./traces)")
     _add_plan_flags(p, host)
+    _add_gpu_flag(p, host)
     formats = [b.name for b in host.backends()] if host is not None else []
     _host_choice_flag(p, "--format", formats, "chakra", "trace format")
     p.set_defaults(format="chakra")
@@ -356,6 +376,7 @@ def build_parser(host: PluginHost | None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="FLOPs, memory and traffic per rank class, without writing traces")
     _add_plan_flags(p, host)
+    _add_gpu_flag(p, host)
     p.add_argument("--json", action="store_true", help="print the manifest's JSON instead of a table")
     p.set_defaults(run=cmd_report)
 

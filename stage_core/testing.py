@@ -125,7 +125,7 @@ def _jsonl_nodes(job, rank: int, program) -> list[dict]:
             attrs["comm_tag"] = ["int32_val", n.tag]
             attrs["comm_size"] = ["int64_val", n.comm_size]
         out.append({"id": n.id, "name": n.name, "type": int(n.type), "data_deps": list(n.data_deps),
-                    "ctrl_deps": list(n.ctrl_deps), "attrs": attrs})
+                    "ctrl_deps": list(n.ctrl_deps), "attrs": attrs, "duration_micros": n.duration_micros})
     return out
 
 
@@ -150,7 +150,8 @@ def read_jsonl(directory: Path) -> TraceSet:
             for line in path.read_text().splitlines():
                 d = json.loads(line)
                 nodes.append(TraceNode(d["id"], d["name"], d["type"], d["data_deps"], d["ctrl_deps"],
-                                       {k: (v[0], v[1]) for k, v in d["attrs"].items()}))
+                                       {k: (v[0], v[1]) for k, v in d["attrs"].items()},
+                                       d.get("duration_micros", 0)))
             yield int(path.name.split(".")[1]), nodes
 
     return TraceSet(world_size=len(files), comm_groups=groups, iter_ranks=ranks)

@@ -21,7 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .kernel import Kernel
 
 
 class NodeType(IntEnum):
@@ -68,6 +71,10 @@ class ProgramNode:
     ``comm_size`` in bytes.  ``comm_size`` follows ASTRA-sim's meaning: the full
     buffer per rank for all-reduce and all-to-all, the full input per rank for
     reduce-scatter, the per-rank input shard for all-gather.
+
+    A compute node carries its ``kernel`` (what a compute model times; one object
+    shared by every copy of the op) and, once timed on a GPU, ``duration_micros``:
+    whole microseconds, as Chakra stores them (0: not timed).
     """
 
     id: int
@@ -83,6 +90,8 @@ class ProgramNode:
     peer: str | None = None  # peer key, resolved per rank to a rank number
     tag: int = 0
     flops_kind: str = "other"  # "matmul" or "other", for reports only
+    kernel: "Kernel | None" = None
+    duration_micros: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +161,7 @@ class TraceNode:
     data_deps: list[int] = field(default_factory=list)
     ctrl_deps: list[int] = field(default_factory=list)
     attrs: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    duration_micros: int = 0
 
     def attr(self, name: str, default: Any = None) -> Any:
         got = self.attrs.get(name)

@@ -19,7 +19,8 @@ from typing import Iterable
 from .. import sym
 from ..errors import UsageError
 from ..ir import kernels
-from ..ir.ops import BACKWARD, FORWARD, MATMUL, Op
+from ..kernel import Kernel, kernel
+from ..ir.ops import BACKWARD, FORWARD, MATMUL, OPTIMIZER, Op
 from ..ir.tensor import DTYPE_BYTES, Role, Tensor
 from ..trace import COMM_KEYS, CollectiveType, NodeType, ProgramNode, RankProgram
 from .mesh import Mesh, canonical_key
@@ -220,7 +221,7 @@ class _Program:
             ctrl = tuple(sorted((*ctrl, self.slot_last)))
         return data, ctrl
 
-    def comp(self, name: str, mm: int, other: int, nbytes: int, deps) -> int:
+    def comp(self, name: str, mm: int, other: int, nbytes: int, deps, kernel: Kernel | None = None) -> int:
         data, ctrl = self._deps(deps)
         nid = len(self.nodes)
         kind = "matmul" if mm else "other"
@@ -228,7 +229,7 @@ class _Program:
         # a kernel with no arithmetic (a gather) is written as 1 op so that it is timed
         # by its bytes; reports count its real FLOPs (0).
         self.nodes.append(ProgramNode(nid, name, NodeType.COMP, data, ctrl, num_ops=max(mm + other, 1),
-                                      tensor_size=max(nbytes, 1), flops_kind=kind))
+                                      tensor_size=max(nbytes, 1), flops_kind=kind, kernel=kernel))
         self.flops["matmul"] += mm
         self.flops["other"] += other
         self.step_last = nid
@@ -269,6 +270,7 @@ class Lowerer:
         self.sizes = Sizes(prop, dims)
         self.group_keys: set[str] = set()
         self._costs: dict[Op, tuple[int, int, int]] = {}
+        self._kernels: dict[Op, Kernel] = {}
         self._layout_keys: dict[int, tuple[dict, tuple]] = {}
         self.fwd_ops = [op for op in prop.ops if op.phase == FORWARD]
         self.bwd_ops = [op for op in prop.ops if op.phase == BACKWARD]
@@ -299,6 +301,17 @@ class Lowerer:
         if got is None:
             got = _cost(op, self.sizes.local_letters(op, self.prop.plan(op)))
             self._costs[op] = got
+        return got
+
+    def kernel(self, op: Op) -> Kernel:
+        """What a compute model needs of ``op`` on this rank (one object per op)."""
+        got = self._kernels.get(op)
+        if got is None:
+            mm, other, nbytes = self.cost(op)
+            dtype = (op.inputs or op.outputs)[0].dtype
+            got = kernel(op.kind, op.fn, op.phase, op.spec, self.sizes.local_letters(op, self.prop.plan(op)),
+                         dtype, flops=mm + other, matmul_flops=mm, nbytes=nbytes)
+            self._kernels[op] = got
         return got
 
     def comm_size(self, r: Redistribute) -> int:
@@ -347,7 +360,7 @@ class Lowerer:
             out_deps = tuple(sorted(set(deps)))
         else:
             mm, other, nbytes = self.cost(op)
-            nid = prog.comp(f"{tag}.{op.name}", mm, other, nbytes, deps)
+            nid = prog.comp(f"{tag}.{op.name}", mm, other, nbytes, deps, self.kernel(op))
             last = nid
             letters = None
             for kind, axis, lets, per in plan.kernel_comms:
@@ -552,8 +565,10 @@ class Lowerer:
         deps = [d for t in parts for d in versions.get((t, None), ())]
         if len(parts) > 1:
             numel = self.sizes.numel(op.outputs[0], self.prop.plan(op).out_layouts[0])
-            nid = prog.comp(f"{tag}.{op.name}", 0, (len(parts) - 1) * numel,
-                            (len(parts) + 1) * numel * op.outputs[0].itemsize, deps)
+            flops, nbytes = (len(parts) - 1) * numel, (len(parts) + 1) * numel * op.outputs[0].itemsize
+            summed = kernel("elementwise", "add", op.phase, "n->n", {"n": numel}, op.outputs[0].dtype,
+                            flops=flops, matmul_flops=0, nbytes=nbytes)
+            nid = prog.comp(f"{tag}.{op.name}", 0, flops, nbytes, deps, summed)
             deps = [nid]
         out = op.outputs[0]
         versions[(out, None)] = tuple(deps)
@@ -650,8 +665,10 @@ class Lowerer:
             state_bytes = sum(2 * DTYPE_BYTES[t.dtype] for t in self.g.opt_state[bucket[0]])
             param_item = bucket[0].itemsize
             # the step starts once every gradient is reduced
-            nid = prog.comp(f"optimizer.bucket{i}:adam", 0, kernels.ADAM_FLOPS * local,
-                            local * (grad_item + state_bytes + param_item), after)
+            flops, nbytes = kernels.ADAM_FLOPS * local, local * (grad_item + state_bytes + param_item)
+            adam = kernel("optimizer", "adam", OPTIMIZER, "n->n", {"n": local}, self.plan.optimizer_dtype,
+                          flops=flops, matmul_flops=0, nbytes=nbytes)
+            nid = prog.comp(f"optimizer.bucket{i}:adam", 0, flops, nbytes, after, adam)
             if dp_axes and opt_shard > 1 and params_replicated:
                 # the updated shards go back to every replica (ZeRO-1/2); sharded
                 # parameters (ZeRO-3) stay sharded and are gathered where used

@@ -36,7 +36,7 @@ def attr_map(attrs) -> dict[str, tuple[str, Any]]:
 def trace_node(msg) -> TraceNode:
     """A Chakra ``Node`` message as a :class:`~stage_core.trace.TraceNode`."""
     return TraceNode(msg.id, msg.name, msg.type, list(msg.data_deps), list(msg.ctrl_deps),
-                     attr_map(msg.attr))
+                     attr_map(msg.attr), msg.duration_micros)
 
 
 def metadata(msg) -> dict[str, Any]:

@@ -18,7 +18,8 @@ HEADER = wire.frame(wire.metadata(ET_VERSION))
 
 
 def _head(node: ProgramNode) -> bytes:
-    return wire.node_head(node.id, node.name, int(node.type), node.ctrl_deps, node.data_deps)
+    return wire.node_head(node.id, node.name, int(node.type), node.ctrl_deps, node.data_deps,
+                          node.duration_micros)
 
 
 class EtEncoding:

@@ -73,6 +73,8 @@ def node_fields(node: ProgramNode) -> list[str]:
         fields.append('"%s": %s' % (_NODE_JSON["ctrl_deps"], _deps(node.ctrl_deps)))
     if node.data_deps:
         fields.append('"%s": %s' % (_NODE_JSON["data_deps"], _deps(node.data_deps)))
+    if node.duration_micros:
+        fields.append('"%s": "%d"' % (_NODE_JSON["duration_micros"], index(node.duration_micros)))
     return fields
 
 

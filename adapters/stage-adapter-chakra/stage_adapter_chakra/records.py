@@ -405,7 +405,8 @@ class NodeDecoder:
             if change:
                 bounds = bounds[:low + 1] + [bound + change for bound in bounds[low + 1:]]
             layout = (bounds, attr_at, low)
-        node = TraceNode(twin.id, twin.name, twin.type, twin.data_deps, twin.ctrl_deps, attrs)
+        node = TraceNode(twin.id, twin.name, twin.type, twin.data_deps, twin.ctrl_deps, attrs,
+                         twin.duration_micros)
         layouts[index] = (node, layout)  # for the next file, if this one is of the class
         return node
 

@@ -98,6 +98,7 @@ def check(kind: str, value: Any) -> int | str | bool:
 
 _NODE_ID, _NODE_NAME, _NODE_TYPE = _key(1, 0), _key(2, 2), _key(3, 0)
 _NODE_CTRL, _NODE_DATA, _NODE_ATTR = _key(4, 2), _key(5, 2), _key(10, 2)
+_NODE_DURATION = _key(7, 0)
 _ATTR_NAME = _key(1, 2)
 _META_VERSION = _key(1, 2)
 
@@ -123,8 +124,9 @@ def _packed(field_key: bytes, values: Iterable[int]) -> bytes:
 
 
 def node_head(node_id: int, name: str, node_type: int,
-              ctrl_deps: Iterable[int] = (), data_deps: Iterable[int] = ()) -> bytes:
-    """Node fields 1-5 (everything before the attributes)."""
+              ctrl_deps: Iterable[int] = (), data_deps: Iterable[int] = (),
+              duration_micros: int = 0) -> bytes:
+    """Node fields 1-7 (everything before the attributes)."""
     parts = []
     if index(node_id):
         parts.append(_NODE_ID + _uint64(node_id))
@@ -134,6 +136,8 @@ def node_head(node_id: int, name: str, node_type: int,
         parts.append(_NODE_TYPE + _int32(node_type))  # enums encode as int32
     parts.append(_packed(_NODE_CTRL, ctrl_deps))
     parts.append(_packed(_NODE_DATA, data_deps))
+    if index(duration_micros):
+        parts.append(_NODE_DURATION + _uint64(duration_micros))
     return b"".join(parts)
 
 

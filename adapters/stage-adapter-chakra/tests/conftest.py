@@ -34,9 +34,9 @@ def peer_rank(rank: int, key: str) -> int:
     return {"pp+1": rank + 2, "pp-1": rank - 2}[key]
 
 
-def _comp(i, name, deps, flops, size, ctrl=()):
+def _comp(i, name, deps, flops, size, ctrl=(), micros=0):
     return ProgramNode(id=i, name=name, type=NodeType.COMP, data_deps=deps, ctrl_deps=ctrl,
-                       num_ops=flops, tensor_size=size, flops_kind="matmul")
+                       num_ops=flops, tensor_size=size, flops_kind="matmul", duration_micros=micros)
 
 
 def _coll(i, name, deps, kind, size, group, ctrl=()):
@@ -51,11 +51,11 @@ def _p2p(i, name, deps, kind, peer, tag, size):
 
 def stage0() -> RankProgram:
     return RankProgram(ranks=(0, 1), label="stage0", nodes=(
-        _comp(0, "fwd_layer0", (), BIG_FLOPS, 6 * GIB),
+        _comp(0, "fwd_layer0", (), BIG_FLOPS, 6 * GIB, micros=21_000),
         _coll(1, "tp_allgather", (0,), CollectiveType.ALL_GATHER, 4096, "pp"),
         _p2p(2, "send_act", (1,), NodeType.COMM_SEND, "pp+1", 11, 8 * GIB),
         _p2p(3, "recv_grad", (2,), NodeType.COMM_RECV, "pp+1", 12, 8 * GIB),
-        _comp(4, "bwd_layer0", (3,), 2 * BIG_FLOPS, 5 * GIB, ctrl=(2,)),
+        _comp(4, "bwd_layer0", (3,), 2 * BIG_FLOPS, 5 * GIB, ctrl=(2,), micros=3 * (1 << 32)),
         _coll(5, "dp_allreduce", (4,), CollectiveType.ALL_REDUCE, 3 * GIB, "dp"),
         _coll(6, "world_barrier_ar", (5,), CollectiveType.ALL_REDUCE, 1, None),
         _comp(300, "optimizer", (5, 6), 10**6, 2 * GIB),

@@ -33,7 +33,7 @@ def test_text_is_protobufs_json_mapping(job, tmp_path):
         assert len(doc["nodes"]) == len(frames) - 1
         for obj, rec in zip(doc["nodes"], frames[1:]):
             assert obj == json_format.MessageToDict(schema.Node.FromString(rec))
-            assert list(obj) == [k for k in ("id", "name", "type", "ctrlDeps", "dataDeps",
+            assert list(obj) == [k for k in ("id", "name", "type", "ctrlDeps", "dataDeps", "durationMicros",
                                               "attr") if k in obj]  # field-number order
 
 

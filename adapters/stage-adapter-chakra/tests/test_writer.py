@@ -58,6 +58,7 @@ def test_round_trip_attribute_by_attribute(job, tmp_path):
             assert (got.name, got.type) == (want.name, int(want.type))
             assert got.data_deps == list(want.data_deps)
             assert got.ctrl_deps == list(want.ctrl_deps)
+            assert got.duration_micros == want.duration_micros
             assert got.attrs == expected_attrs(job, rank, want), (rank, want.name)
             seen += 1
     assert seen == sum(len(p.nodes) * len(p.ranks) for p in job.programs)
@@ -121,7 +122,8 @@ def _protobuf_file(job, rank) -> bytes:
     out = [wire.frame(schema.GlobalMetadata(version="0.0.4").SerializeToString())]
     for node in _program_of(job, rank).nodes:
         msg = schema.Node(id=node.id, name=node.name, type=int(node.type),
-                          ctrl_deps=node.ctrl_deps, data_deps=node.data_deps)
+                          ctrl_deps=node.ctrl_deps, data_deps=node.data_deps,
+                          duration_micros=node.duration_micros)
         for name, (kind, value) in expected_attrs(job, rank, node).items():
             msg.attr.add(name=name, **{kind: value})
         out.append(wire.frame(msg.SerializeToString()))

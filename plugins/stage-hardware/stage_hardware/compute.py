@@ -95,6 +95,8 @@ def _parts(kernel: Kernel, gpu: GpuSpec) -> tuple[str, float, float, float]:
         q, split = quantization(g, gpu.sm_count)
         base = kernel.matmul_flops / (peak * q)
         return "gemm", base, base / (g.k / split), memory
+    if kernel.matmul_flops:  # a matmul of unknown shape: the large-GEMM rate
+        return "gemm", kernel.matmul_flops / peak, 0.0, memory
     return "memory", 0.0, other, memory
 
 
