@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from contextlib import nullcontext
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, ContextManager, Mapping, Sequence
 
 from . import __version__, hardware
 from .autodiff import OptimizerConfig, differentiate
@@ -24,9 +25,10 @@ from .parallel.placement import ShardedGraph
 from .parallel.plan import Plan
 from .parallel.propagate import propagate
 from .plugins import PluginHost
+from .rankset import ranks_text
 from .records import HardwareSpec, ModelSpec
 from .timing import KernelTimer, time_programs
-from .trace import TraceJob
+from .trace import TraceJob, TraceSet
 
 DEFAULT_MODEL = "gpt-tiny"
 DEFAULT_PLAN = Plan(dp=8)
@@ -211,27 +213,60 @@ def check_output_dir(out: str | os.PathLike) -> Path:
 
 
 def write_trace_set(host: PluginHost, result: Result, out: str | os.PathLike, fmt: str = "chakra", *,
-                    validate: bool = True) -> Path:
+                    validate: bool = True, ranks: Sequence[int] | None = None, workers: int | None = None,
+                    progress: Progress | None = None) -> Path:
     """Write the set into a temporary folder beside ``out``, check it, then rename it into place.
 
     ``out`` may be replaced only when it is absent, empty or a STAGE trace set (see
     :mod:`stage_core.output`).  A failure at any point leaves ``out`` as it was.
+
+    ``ranks`` (ascending, distinct; None: all) writes those ranks' files only; the
+    manifest's ``"subset"`` says which.  ``workers``: processes writing the files
+    (None: one per core).  ``progress(label, total)``, when given, is a context
+    manager yielding a function told how many more of ``total`` are done.
     """
     backend = host.backend(fmt)
     target = check_target(out)
     manifest = dict(result.manifest)
     manifest["format"] = backend.format_id or backend.name
+    if ranks is not None:
+        manifest["subset"] = {"ranks": ranks_text(ranks), "count": len(ranks)}
+    files = result.job.world_size if ranks is None else len(ranks)
     with staging(target, f"-o {out}") as tmp:
-        backend.write(result.job, tmp)
+        with _phase(progress, "writing", files) as done:
+            backend.write(replace(result.job, ranks=ranks, workers=workers, progress=done), tmp)
         (tmp / COMM_GROUPS).write_text(json.dumps(result.job.comm_groups, indent=1) + "\n")
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         if validate and backend.read is not None:
             from .validate import validate as run_checks
 
-            problems = run_checks(backend.read(tmp))
+            trace_set = backend.read(tmp)
+            with _phase(progress, "validating", files) as done:
+                problems = run_checks(_counted(trace_set, done))
             if problems:
                 raise TraceError([str(p) for p in problems])
     return Path(out)
+
+
+#: ``progress(label, total)`` -> a context manager yielding ``update(n)``
+Progress = Callable[[str, int], ContextManager[Callable[[int], None]]]
+
+
+def _phase(progress: Progress | None, label: str, total: int) -> ContextManager:
+    return nullcontext(None) if progress is None else progress(label, total)
+
+
+def _counted(trace_set: TraceSet, done: Callable[[int], None] | None) -> TraceSet:
+    """``trace_set``, telling ``done(1)`` after each rank it hands out."""
+    if done is None:
+        return trace_set
+
+    def iter_ranks():
+        for item in trace_set.iter_ranks():
+            yield item
+            done(1)
+
+    return replace(trace_set, iter_ranks=iter_ranks)
 
 
 def read_trace_set(host: PluginHost, directory: Path):

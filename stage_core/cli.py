@@ -23,6 +23,7 @@ from .errors import PluginError, StageError, TraceError, UsageError
 from .models import param_counts
 from .parallel.plan import CHOICES, COUNTS, DEFAULT_ORDER, Plan, divisors, flag, parse_stage_layers
 from .plugins import PluginHost
+from .rankset import parse_ranks, ranks_text
 from .records import PlanSpec
 
 PROG = "stage"
@@ -218,23 +219,44 @@ def cmd_generate(host: PluginHost, args) -> int:
     model, overrides, plan, used_default = plan_from_args(args, host)
     check_output_dir(args.output)  # before any work
     out = Path(args.output)
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers {args.workers}: must be a positive integer (processes writing files)")
+    ranks = None if args.ranks is None else parse_ranks(args.ranks, plan.world_size)
     gpu = _gpu(host, args)
     start = time.perf_counter()
     result = plan_job(host, model, overrides, plan, gpu)
-    write_trace_set(host, result, args.output, args.format, validate=not args.no_validate)
+    world = result.job.world_size
+    write_trace_set(host, result, args.output, args.format, validate=not args.no_validate, ranks=ranks,
+                    workers=args.workers, progress=None if args.quiet else progress_bar)
     seconds = time.perf_counter() - start
+    written = world if ranks is None else len(ranks)
     nodes = sum(len(p.nodes) * len(p.ranks) for p in result.job.programs)
+    if ranks is not None:
+        chosen = set(ranks)
+        nodes = sum(len(p.nodes) * len(chosen.intersection(p.ranks)) for p in result.job.programs)
     what = f"{result.config.name}, {_plan_text(result.plan)}"
     if used_default:
         what += " (the default job)"
     check = "" if args.no_validate else ", validated"
-    print(f"wrote {result.job.world_size} traces ({what}; {len(result.job.programs)} rank class"
+    count = f"{world} traces" if ranks is None else f"{written} of {world} traces (ranks {ranks_text(ranks)})"
+    print(f"wrote {count} ({what}; {len(result.job.programs)} rank class"
           f"{'es' if len(result.job.programs) != 1 else ''}, {nodes:,} nodes) to {out}/ in {seconds:.2f} s{check}")
     if gpu is not None:
         longest = max(rc["compute_time_us"] for rc in result.manifest["rank_classes"])
         print(f"timed on {gpu.name} ({result.manifest['compute_model']} compute model): "
               f"up to {longest / 1e3:,.3f} ms of compute per GPU per step")
     return 0
+
+
+@contextmanager
+def progress_bar(label: str, total: int, delay: float = 1.0):
+    """A bar on stderr for one phase of a long run (tqdm): shown only on a terminal,
+    and only once the phase has taken more than ``delay`` seconds."""
+    from tqdm import tqdm
+
+    with tqdm(total=total, desc=label, unit=" ranks", delay=delay, leave=False, disable=None,
+              file=sys.stderr, dynamic_ncols=True) as bar:
+        yield bar.update
 
 
 def _plan_text(plan: Plan) -> str:
@@ -283,7 +305,8 @@ def cmd_validate(host: PluginHost, args) -> int:
     trace_set = read_trace_set(host, directory)
     problems = validate(trace_set)
     if args.json:
-        print(json.dumps({"dir": str(directory), "ranks": trace_set.world_size, "valid": not problems,
+        subset = {} if trace_set.ranks is None else {"subset": ranks_text(trace_set.ranks)}
+        print(json.dumps({"dir": str(directory), "ranks": trace_set.world_size, **subset, "valid": not problems,
                           "problems": [{"rank": p.rank, "node": p.node_id, "name": p.node_name, "reason": p.reason}
                                        for p in problems]}, indent=2))
         return 1 if problems else 0
@@ -291,6 +314,10 @@ def cmd_validate(host: PluginHost, args) -> int:
         for p in problems:
             print(f"{directory}: {p}", file=sys.stderr)
         return 1
+    if trace_set.ranks is not None:
+        print(f"{directory}: {len(trace_set.ranks)} of {trace_set.world_size} ranks "
+              f"({ranks_text(trace_set.ranks)}), valid")
+        return 0
     print(f"{directory}: {trace_set.world_size} ranks, valid")
     return 0
 
@@ -372,6 +399,11 @@ def build_parser(host: PluginHost | None) -> argparse.ArgumentParser:
     p.set_defaults(format="chakra")
     p.add_argument("-o", "--output", default="traces", metavar="DIR", help="output folder (default ./traces)")
     p.add_argument("--no-validate", action="store_true", help="skip checking the set before it is moved into place")
+    p.add_argument("--ranks", metavar="LIST", help="write only these ranks' traces, e.g. 0-63,4096 "
+                                                  "(the manifest names them; stage validate checks them)")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="processes writing the files (default: one per core)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=cmd_generate)
 
     p = sub.add_parser("report", help="FLOPs, memory and traffic per rank class, without writing traces")

@@ -26,6 +26,7 @@ from .hookspecs import hookimpl
 from .ir.builder import GraphBuilder
 from .models import ModelConfig
 from .plugins import PluginHost
+from .rankset import parse_ranks
 from .records import BackendSpec, ModelSpec
 from .trace import NodeType, TraceNode, TraceSet
 
@@ -132,11 +133,16 @@ def _jsonl_nodes(job, rank: int, program) -> list[dict]:
 def write_jsonl(job, out_dir: Path) -> None:
     """Write ``trace.<rank>.jsonl``: one JSON node per line, attributes tagged with
     the protobuf oneof a Chakra writer would use."""
+    wanted = None if job.ranks is None else set(job.ranks)
     for program in job.programs:
         for rank in program.ranks:
+            if wanted is not None and rank not in wanted:
+                continue
             with open(Path(out_dir) / f"trace.{rank}.jsonl", "w") as f:
                 for node in _jsonl_nodes(job, rank, program):
                     f.write(json.dumps(node) + "\n")
+            if job.progress is not None:
+                job.progress(1)
 
 
 def read_jsonl(directory: Path) -> TraceSet:
@@ -154,7 +160,13 @@ def read_jsonl(directory: Path) -> TraceSet:
                                        d.get("duration_micros", 0)))
             yield int(path.name.split(".")[1]), nodes
 
-    return TraceSet(world_size=len(files), comm_groups=groups, iter_ranks=ranks)
+    manifest = json.loads((directory / "manifest.json").read_text())
+    part = manifest.get("subset")
+    if part is None:
+        return TraceSet(world_size=len(files), comm_groups=groups, iter_ranks=ranks)
+    world = manifest["world_size"]
+    return TraceSet(world_size=world, comm_groups=groups, iter_ranks=ranks,
+                    ranks=parse_ranks(part["ranks"], world))
 
 
 class _JsonlPlugin:

@@ -170,9 +170,14 @@ class TraceNode:
 
 @dataclass(slots=True)
 class TraceSet:
-    """A decoded trace set: its groups and a way to iterate ranks lazily."""
+    """A decoded trace set: its groups and a way to iterate ranks lazily.
+
+    ``ranks``: the ranks whose traces the set holds when it is a subset of the
+    world (ascending); None when it holds every rank 0..world_size-1.
+    """
 
     world_size: int
     comm_groups: Mapping[str, Sequence[int]]
     iter_ranks: Callable[[], Iterator[tuple[int, list[TraceNode]]]]
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    ranks: Sequence[int] | None = None

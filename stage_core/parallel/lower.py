@@ -16,6 +16,8 @@ from fractions import Fraction
 from math import prod
 from typing import Iterable
 
+import numpy as np
+
 from .. import sym
 from ..errors import UsageError
 from ..ir import kernels
@@ -725,9 +727,10 @@ class Lowerer:
     # ------------------------------------------------------------------ all
     def run(self) -> Lowered:
         programs, reports = [], []
+        stages = self.mesh.coord_array(np.arange(self.mesh.world_size), "pp")
         for stage in range(self.stages):
             prog, peak = self.program(stage)
-            ranks = tuple(r for r in range(self.mesh.world_size) if self.mesh.coord(r, "pp") == stage)
+            ranks = tuple(np.flatnonzero(stages == stage).tolist())
             flops = dict(prog.flops)
             flops["total"] = flops["matmul"] + flops["other"]
             reports.append(ClassReport(ranks, flops, self.memory(stage, peak), dict(prog.comm), nodes=len(prog.nodes)))

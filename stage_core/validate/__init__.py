@@ -17,6 +17,11 @@ graph walks only.  The checks, by concern:
   sequence on its members, a deadlock-free order across groups;
 * :mod:`.pairs` - peers, and every send meeting its receive.
 
+A set may hold some ranks of its world only (``trace_set.ranks``, written with
+``stage generate --ranks``): each rank present is checked in full, a group's
+sequences among its members present, and a send or receive only when its peer is
+present too.
+
 :mod:`.problems` holds what they report and its wording.
 """
 
@@ -79,11 +84,12 @@ def _validate(trace_set: TraceSet, max_problems: int) -> list[Problem]:
         if check_rank_number(rank, trace_set.world_size, summaries, out):
             summaries[rank] = scan_rank(rank, nodes, groups, trace_set.world_size,
                                         shapes, out)
-    for rank in range(trace_set.world_size):
+    subset = trace_set.ranks is not None
+    for rank in trace_set.ranks if subset else range(trace_set.world_size):
         if rank not in summaries:
             out.at(rank, None, "", "no trace for this rank")
     group_checks.check_collectives(groups, summaries, out)
-    pair_checks.check_point_to_point(summaries, out)
+    pair_checks.check_point_to_point(summaries, out, subset)
     return out.result()
 
 

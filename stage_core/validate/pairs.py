@@ -30,10 +30,14 @@ def check_peer(rank: int, node: TraceNode, world_size: int, summary: RankSummary
         (summary.sends if is_send else summary.recvs)[numbers].append((node.id, node.name))
 
 
-def check_point_to_point(summaries: Mapping[int, RankSummary], out: Problems) -> None:
-    """Multiset matching: send(r -> d, tag, size) pairs with recv on d from r."""
-    unmatched_sends = _unmatched(summaries, "sends", "recvs")
-    unmatched_recvs = _unmatched(summaries, "recvs", "sends")
+def check_point_to_point(summaries: Mapping[int, RankSummary], out: Problems,
+                         subset: bool = False) -> None:
+    """Multiset matching: send(r -> d, tag, size) pairs with recv on d from r.
+
+    In a ``subset`` of the world's ranks, a send or receive whose peer has no trace
+    in the set has nothing to meet and is not reported."""
+    unmatched_sends = _unmatched(summaries, "sends", "recvs", subset)
+    unmatched_recvs = _unmatched(summaries, "recvs", "sends", subset)
     near_recv = _by_pair(unmatched_recvs)
     near_send = _by_pair(unmatched_sends)
     for rank, (peer, tag, size), nid, name in unmatched_sends:
@@ -46,12 +50,15 @@ def check_point_to_point(summaries: Mapping[int, RankSummary], out: Problems) ->
                f"matching send on rank {peer}{hint}")
 
 
-def _unmatched(summaries: Mapping[int, RankSummary], mine: str, theirs: str) -> list:
+def _unmatched(summaries: Mapping[int, RankSummary], mine: str, theirs: str,
+               subset: bool) -> list:
     """(rank, (peer, tag, size), node id, name) of ``mine`` left without a partner."""
     left = []
     for rank, summary in summaries.items():
         for (peer, tag, size), nodes in getattr(summary, mine).items():
             other = summaries.get(peer)
+            if other is None and subset:
+                continue
             partners = getattr(other, theirs).get((rank, tag, size), ()) if other else ()
             for nid, name in nodes[len(partners):]:
                 left.append((rank, (peer, tag, size), nid, name))

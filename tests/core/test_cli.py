@@ -150,3 +150,63 @@ def test_report_json_has_the_manifest_keys(host, capsys):
 def test_set_overrides_a_preset_field(host, capsys):
     status, stdout, _ = run(host, capsys, "report", "--model", "toy", "--set", "layers=5", "--json")
     assert status == 0 and json.loads(stdout)["model"]["layers"] == 5
+
+
+# --------------------------------------------------------------------------- subsets and progress
+
+
+def test_generate_a_subset_of_ranks(host, capsys, tmp_path):
+    out = tmp_path / "part"
+    status, stdout, err = run(host, capsys, "generate", "--model", "toy", "--dp", "4", "--format", "jsonl",
+                              "--ranks", "3,1", "-o", str(out))
+    assert status == 0, err
+    assert "wrote 2 of 4 traces (ranks 1,3)" in stdout
+    assert leftovers(out) == ["comm_groups.json", "manifest.json", "trace.1.jsonl", "trace.3.jsonl"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["subset"] == {"ranks": "1,3", "count": 2} and manifest["world_size"] == 4
+    status, stdout, _ = run(host, capsys, "validate", str(out))
+    assert status == 0 and stdout.strip() == f"{out}: 2 of 4 ranks (1,3), valid"
+    status, _, err = run(host, capsys, "generate", "--model", "toy", "--dp", "4", "--format", "jsonl",
+                         "--ranks", "2-4", "-o", str(tmp_path / "bad"))
+    assert status == 2 and err.strip() == "stage: error: --ranks 2-4: rank 4 is outside the world (ranks 0-3)"
+    assert not (tmp_path / "bad").exists()
+
+
+def test_progress_per_phase_and_quiet(host, capsys, tmp_path, monkeypatch):
+    import contextlib
+
+    import stage_core.cli as cli
+
+    calls = []
+
+    @contextlib.contextmanager
+    def bar(label, total):
+        done = []
+        yield done.append
+        calls.append((label, total, sum(done)))
+
+    monkeypatch.setattr(cli, "progress_bar", bar)
+    argv = ["generate", "--model", "toy", "--dp", "4", "--format", "jsonl"]
+    assert run(host, capsys, *argv, "-o", str(tmp_path / "a"))[0] == 0
+    assert calls == [("writing", 4, 4), ("validating", 4, 4)]
+    calls.clear()
+    assert run(host, capsys, *argv, "--quiet", "-o", str(tmp_path / "b"))[0] == 0
+    assert calls == []
+
+
+class _Terminal(__import__("io").StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("stream,shown", [(_Terminal(), True), (__import__("io").StringIO(), False)])
+def test_progress_bar_draws_on_a_terminal_only(monkeypatch, stream, shown):
+    import sys
+
+    from stage_core.cli import progress_bar
+
+    monkeypatch.setattr(sys, "stderr", stream)
+    with progress_bar("writing", 10, delay=0) as update:
+        update(4)
+        update(6)
+    assert ("writing:" in stream.getvalue() and "/10 [" in stream.getvalue()) == shown

@@ -909,3 +909,32 @@ def test_pipeline_reuse_reports_exactly_what_checking_every_rank_reports(monkeyp
             got = validate(pipe_set(ranks, groups), limit)
             assert got == reference(pipe_set(ranks, groups), limit, monkeypatch), (
                 trial, limit)
+
+
+# --------------------------------------------------------------------------- a subset of the ranks
+
+
+def subset(ranks, present):
+    kept = {r: nodes for r, nodes in ranks.items() if r in present}
+    return TraceSet(4, GROUPS, lambda: iter(sorted(kept.items())), ranks=sorted(present))
+
+
+def test_a_subset_is_checked_as_far_as_its_ranks_go():
+    # ranks 0 and 3: rank 0's send to 2 and rank 3's recv from 1 have no partner in the
+    # set, and groups "1", "2" have one member present: nothing to report
+    assert validate(subset(base(), {0, 3})) == []
+    # ranks 0 and 2: the pair is present, so a wrong tag is still found
+    ranks = base()
+    ranks[2][0] = recv(0, 0, tag=8)
+    assert [p.reason for p in validate(subset(ranks, {0, 2}))] == [
+        "send to rank 2 (tag 7, 2048 bytes) has no matching recv on rank 2; unmatched "
+        "there: node 0 recv(src=0, tag 8, 2048 bytes), tag differs",
+        "recv from rank 0 (tag 8, 2048 bytes) has no matching send on rank 0; unmatched "
+        "there: node 3 send(dst=2, tag 7, 2048 bytes), tag differs"]
+    # a rank of the subset without its trace is named; the others are not
+    missing = TraceSet(4, GROUPS, lambda: iter([(0, base()[0])]), ranks=[0, 3])
+    assert [(p.rank, p.reason) for p in validate(missing)] == [(3, "no trace for this rank")]
+    # without the subset, the same two ranks are a set with two ranks missing
+    whole = validate(make({r: n for r, n in base().items() if r in (0, 3)}))
+    assert {(p.rank, p.reason) for p in whole} >= {(1, "no trace for this rank"),
+                                                    (2, "no trace for this rank")}

@@ -4,6 +4,8 @@ Files are ``<prefix>.<rank>.<suffix>`` (STAGE writes the prefix ``trace``;
 other generators use their own, e.g. ``all_reduce``).  A directory must hold one
 prefix (or ``trace`` among several) and ranks 0..N-1 with none missing; the world
 size is N.  ``comm_groups.json`` beside them, when present, gives the groups.
+A set whose ``manifest.json`` names a ``"subset"`` of its ranks (``stage generate
+--ranks``) holds exactly those ranks' files, of the manifest's world size.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from stage_core.errors import UsageError
+from stage_core.rankset import parse_ranks
 from stage_core.trace import TraceNode, TraceSet
 
 from .errors import ChakraReadError
@@ -41,6 +45,15 @@ def detect(directory: Path, suffix: str) -> bool:
 
 def rank_files(directory: Path, suffix: str) -> tuple[str, list[Path]]:
     """``(prefix, files in rank order)``; ranks must be 0..N-1."""
+    prefix, by_rank = _one_prefix(directory, suffix)
+    missing = sorted(set(range(max(by_rank) + 1)) - set(by_rank))
+    if missing:
+        raise ChakraReadError(
+            f"{directory}: {prefix}.<rank>.{suffix} missing for rank(s) {missing[:8]}")
+    return prefix, [by_rank[r] for r in range(len(by_rank))]
+
+
+def _one_prefix(directory: Path, suffix: str) -> tuple[str, dict[int, Path]]:
     found = _scan(Path(directory), suffix)
     if not found:
         raise ChakraReadError(f"{directory}: no <prefix>.<rank>.{suffix} files")
@@ -50,11 +63,33 @@ def rank_files(directory: Path, suffix: str) -> tuple[str, list[Path]]:
                 f"{directory}: several trace prefixes {sorted(found)}; expected one")
         found = {PREFIX: found[PREFIX]}
     (prefix, by_rank), = found.items()
-    missing = sorted(set(range(max(by_rank) + 1)) - set(by_rank))
-    if missing:
-        raise ChakraReadError(
-            f"{directory}: {prefix}.<rank>.{suffix} missing for rank(s) {missing[:8]}")
-    return prefix, [by_rank[r] for r in range(len(by_rank))]
+    return prefix, by_rank
+
+
+def subset(directory: Path) -> tuple[int, list[int]] | None:
+    """``(world size, ranks)`` when the set's ``manifest.json`` says it holds only some
+    ranks of its world (``stage generate --ranks``); None otherwise."""
+    path = Path(directory) / "manifest.json"
+    if not path.is_file():
+        return None
+    try:
+        manifest = json.loads(path.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ChakraReadError(f"{path}: not readable JSON ({exc})") from None
+    part = manifest.get("subset") if isinstance(manifest, dict) else None
+    if part is None:
+        return None
+    world = manifest.get("world_size")
+    if not isinstance(part, dict) or not isinstance(part.get("ranks"), str) or not isinstance(world, int):
+        raise ChakraReadError(f'{path}: "subset" must be {{"ranks": "0-63,4096", "count": N}} '
+                              f'beside an integer "world_size"')
+    try:
+        ranks = parse_ranks(part["ranks"], world, "subset")
+    except UsageError as exc:
+        raise ChakraReadError(f"{path}: {exc}") from None
+    if part.get("count") != len(ranks):
+        raise ChakraReadError(f'{path}: "subset" names {len(ranks)} ranks but says "count": {part.get("count")}')
+    return world, ranks
 
 
 def comm_groups(directory: Path) -> dict[str, list[int]]:
@@ -81,20 +116,35 @@ def open_set(directory: Path, suffix: str, decode: Decoder,
     records, lives as long as one pass over the set and no longer).
     """
     directory = Path(directory)
-    prefix, files = rank_files(directory, suffix)
+    part = subset(directory)
+    if part is None:
+        prefix, files = rank_files(directory, suffix)
+        world, ranks = len(files), None
+    else:
+        world, ranks = part
+        prefix, by_rank = _one_prefix(directory, suffix)
+        if set(by_rank) != set(ranks):
+            missing = sorted(set(ranks) - set(by_rank))
+            extra = sorted(set(by_rank) - set(ranks))
+            what = (f"missing for rank(s) {missing[:8]}" if missing
+                    else f"present for rank(s) {extra[:8]} outside the subset")
+            raise ChakraReadError(f"{directory}: the manifest names a subset of ranks; "
+                                  f"{prefix}.<rank>.{suffix} {what}")
+        files = [by_rank[r] for r in ranks]
     header = read_header(files[0])
 
     def iter_ranks() -> Iterator[tuple[int, list[TraceNode]]]:
         decode_file = decode if file_reader is None else file_reader()
-        for rank, path in enumerate(files):
+        for rank, path in zip(ranks or range(len(files)), files):
             meta, nodes = decode_file(path)
             if not meta["version"]:
                 raise ChakraReadError(f"{path}: GlobalMetadata has no version")
             yield rank, nodes
 
     return TraceSet(
-        world_size=len(files),
+        world_size=world,
         comm_groups=comm_groups(directory),
         iter_ranks=iter_ranks,
         metadata={"format": format_id, "prefix": prefix, "version": header["version"]},
+        ranks=ranks,
     )
