@@ -64,14 +64,14 @@ def embed(g: GraphBuilder, *, positions: bool = False, tags=RESIDUAL) -> tuple[T
 
 
 def norm(g: GraphBuilder, x: Tensor, name: str, kind: str = "rmsnorm", *, bias: bool = False, over: int = 1,
-         partial_sums: bool = False) -> Tensor:
+         partial_sums: bool = False, tags=()) -> Tensor:
     """``kind`` (``rmsnorm``, ``layernorm``) over the last ``over`` dims of ``x``: op ``name``,
     weight ``<name>.weight`` (and ``<name>.bias`` with ``bias``) of those dims' shape;
-    ``partial_sums`` as :meth:`GraphBuilder.norm`."""
+    ``partial_sums`` as :meth:`GraphBuilder.norm`; ``tags`` tag the output."""
     width = tuple(x.shape[x.rank - over:])
     weight = g.param(f"{name}.weight", width)
     return g.norm(kind, x, weight, g.param(f"{name}.bias", width) if bias else None, name=name, over=over,
-                  partial_sums=partial_sums)
+                  partial_sums=partial_sums, tags=tags)
 
 
 def lm_head(g: GraphBuilder, x: Tensor, labels: Tensor, wte: Tensor, *, norm_kind: str = "rmsnorm",

@@ -53,7 +53,7 @@ def test_every_family_applies_every_stage_key(host):
             got = host.config_from_hf(edited)
             assert getattr(got, key) == value and got == base.replace(**{key: value}), (family, key)
             tried += 1
-    assert {f for f, _, _ in families(host)} == {"gpt", "llama", "moe"}
+    assert {f for f, _, _ in families(host)} >= {"gpt", "llama", "moe"}  # and any other installed family
     assert tried >= 19  # 6 shared keys per family, and the MoE capacity factor
 
 
