@@ -191,7 +191,8 @@ def make_manifest(config, plan: Plan, world_size: int, reports: list[ClassReport
         "units": {"compute": "FLOPs", "sizes": "bytes"},
         "model": config.to_dict(),
         "plan": {
-            "dp": plan.dp, "tp": plan.tp, "pp": plan.pp, "cp": plan.cp, "ep": plan.ep, "sp": plan.sp,
+            "dp": plan.dp, "tp": plan.tp, "pp": plan.pp, "cp": plan.cp, "cp_comm": plan.cp_comm, "ep": plan.ep,
+            "sp": plan.sp,
             "zero": plan.zero, "recompute": plan.recompute, "schedule": plan.schedule,
             "virtual_stages": plan.virtual_stages, "micro_batch_size": plan.micro_batch_size,
             "micro_batches": plan.micro_batches, "seq_len": plan.seq_len, "order": plan.order,

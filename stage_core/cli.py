@@ -68,6 +68,8 @@ def _add_plan_flags(p: argparse.ArgumentParser, host: PluginHost | None) -> None
     for axis, text in (("dp", "data parallel"), ("tp", "tensor parallel"), ("pp", "pipeline parallel"),
                        ("cp", "context parallel"), ("ep", "expert parallel (carved out of dp x cp)")):
         _count_flag(g, axis, "N", f"{text} degree (default 1)")
+    _choice_flag(g, "cp_comm", "context-parallel attention: p2p (ring, as TransformerEngine), all-gather (K and "
+                               "V, as Llama 3) or a2a (sequence <-> heads, as DeepSpeed-Ulysses)")
     g.add_argument("--sp", action=argparse.BooleanOptionalAction, help="Megatron sequence parallel (with --tp)")
     _choice_flag(g, "zero", "ZeRO stage (3 = FSDP)")
     _choice_flag(g, "recompute", "activation recompute")
@@ -171,7 +173,8 @@ def plan_from_args(args, host: PluginHost | None = None) -> tuple[str, dict[str,
                 )
             micro_batches = derived
     plan = Plan(
-        dp=dp, tp=given("tp"), pp=given("pp"), cp=given("cp"), ep=given("ep"), sp=given("sp"), zero=given("zero"),
+        dp=dp, tp=given("tp"), pp=given("pp"), cp=given("cp"), ep=given("ep"), cp_comm=given("cp_comm"),
+        sp=given("sp"), zero=given("zero"),
         recompute=given("recompute"), schedule=given("schedule"), virtual_stages=given("virtual_stages"),
         seq_len=args.seq_len, micro_batch_size=micro_batch_size,
         micro_batches=base.micro_batches if micro_batches is None else micro_batches, order=given("order"),
@@ -260,7 +263,8 @@ def progress_bar(label: str, total: int, delay: float = 1.0):
 
 
 def _plan_text(plan: Plan) -> str:
-    parts = [f"{a}{plan.degree(a)}" for a in ("tp", "cp", "ep", "dp", "pp") if plan.degree(a) > 1] or ["1 GPU"]
+    parts = [f"{a}{plan.degree(a)}" + (f"({plan.cp_comm})" if a == "cp" else "")
+             for a in ("tp", "cp", "ep", "dp", "pp") if plan.degree(a) > 1] or ["1 GPU"]
     if plan.sp:
         parts.append("sp")
     if plan.zero:

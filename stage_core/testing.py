@@ -54,10 +54,12 @@ class ToyConfig(ModelConfig):
     vocab: int = 128
     seq_len: int = 32
     dtype: str = "bf16"
+    attention: str = "classic"  # or "flash": one fused kernel
+    causal_flops: bool = False
 
 
 def build_toy(c: ToyConfig):
-    """A GPT-like model: learned nothing, tied embeddings, classic attention, GeLU MLP."""
+    """A GPT-like model: learned nothing, tied embeddings, classic (or flash) attention, GeLU MLP."""
     d = c.hidden // c.heads
     g = GraphBuilder(c.name, dims={"h": c.hidden, "a": c.heads, "g": c.heads, "d": d, "f": c.ffn, "V": c.vocab},
                      dtype=c.dtype)
@@ -73,9 +75,13 @@ def build_toy(c: ToyConfig):
             q, k, v = g.split(qkv, "bsgcd->bsgrd,bsgd,bsgd", [("b", "s", "g", 1, "d"), ("b", "s", "g", "d"),
                                                                  ("b", "s", "g", "d")], name="attn.split")
             with g.block("attn_core"):
-                scores = g.einsum("bsgrd,bkgd->bgrsk", q, k, name="attn.scores")
-                probs = g.dropout(g.softmax(scores, name="attn.softmax"), name="attn.dropout")
-                ctx = g.einsum("bgrsk,bkgd->bsgrd", probs, v, name="attn.context")
+                if c.attention == "flash":
+                    ctx = g.flash_attention(q, k, v, causal_flops=c.causal_flops, name="attn.flash")
+                else:
+                    scale = 0.5 if c.causal_flops else 1
+                    scores = g.einsum("bsgrd,bkgd->bgrsk", q, k, name="attn.scores", flops_scale=scale)
+                    probs = g.dropout(g.softmax(scores, name="attn.softmax"), name="attn.dropout")
+                    ctx = g.einsum("bgrsk,bkgd->bsgrd", probs, v, name="attn.context", flops_scale=scale)
             out = g.einsum("bsgrd,grdh->bsh", ctx, g.param("attn.wo", ("g", 1, "d", "h")), name="attn.out")
             x = g.dropout_add(out, x, g.param("attn.bo", ("h",)), name="attn.residual", tags=("residual",))
             y = g.norm("layernorm", x, g.param("ln2.w", ("h",)), g.param("ln2.b", ("h",)), name="ln2")

@@ -452,6 +452,9 @@ class GraphBuilder:
         and P·V is counted over it.  ``separate_value_dim=None`` turns this on
         exactly when v's last dim differs from k's; otherwise nothing changes.
 
+        The kernel can stream its keys and values (letter ``k``) around a ring of ranks
+        (``attrs["ring_letter"]``; not with a window): context parallel's ring attention.
+
         ``window`` (sliding-window, local attention): each query reads only the
         ``window`` keys before it, so the score space counts w = min(window, keys)
         keys per query, not all of them (:func:`pair_terms`).  ``softcap`` (Gemma 2):
@@ -469,6 +472,10 @@ class GraphBuilder:
             *pair_terms(per_score, "bgrsk", OTHER, causal_flops, window),
         ]
         attrs = {"flops_scale": scale, "causal_flops": bool(causal_flops)}
+        if window is None:
+            # ring attention (context parallel, TransformerEngine's p2p) streams the keys
+            # and values around the ring and merges the blocks with the log-sum-exp
+            attrs["ring_letter"] = "k"
         if separate_value_dim:
             attrs["separate_value_dim"] = True
         if softcap is not None:

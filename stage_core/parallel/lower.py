@@ -22,7 +22,7 @@ from .. import sym
 from ..errors import UsageError
 from ..ir import kernels
 from ..kernel import Kernel, kernel
-from ..ir.ops import BACKWARD, FORWARD, MATMUL, OPTIMIZER, Op
+from ..ir.ops import BACKWARD, FORWARD, MATMUL, OPTIMIZER, Op, parse_spec
 from ..ir.tensor import DTYPE_BYTES, Role, Tensor
 from ..trace import COMM_KEYS, CollectiveType, NodeType, ProgramNode, RankProgram
 from .mesh import Mesh, canonical_key
@@ -210,6 +210,7 @@ class _Program:
         self.nodes: list[ProgramNode] = []
         self.flops = {"matmul": 0, "other": 0}
         self.comm = {k: 0 for k in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send", "recv")}
+        self.tags = 0  # the last send/recv tag handed out
         self.step_tail: int | None = None  # last node of the previous schedule step
         self.step_last: int | None = None
         self.slot_last: int | None = None  # the last send or collective emitted
@@ -257,6 +258,10 @@ class _Program:
         self.comm["send" if kind == NodeType.COMM_SEND else "recv"] += size
         self.step_last = nid
         return nid
+
+    def next_tag(self) -> int:
+        self.tags += 1
+        return self.tags
 
     def end_step(self):
         self.step_tail = self.step_last
@@ -360,6 +365,8 @@ class Lowerer:
             deps.extend(deps_of(t, layout))
         if op.kind == "view":
             out_deps = tuple(sorted(set(deps)))
+        elif plan.ring is not None:
+            out_deps = self.emit_ring(prog, op, plan, deps, deps_of, tag)
         else:
             mm, other, nbytes = self.cost(op)
             nid = prog.comp(f"{tag}.{op.name}", mm, other, nbytes, deps, self.kernel(op))
@@ -386,16 +393,56 @@ class Lowerer:
                 versions[(r.tensor, self.lk(r.after))] = (nid,)
             versions[(r.tensor, None)] = versions[(r.tensor, self.lk(r.after))]
 
+    def emit_ring(self, prog: _Program, op: Op, plan: OpPlan, deps: list[int], deps_of, tag: str) -> tuple:
+        """A kernel that streams the shards of its ring letter around the axis (ring
+        attention, as TransformerEngine's): one block per rank of the ring, each computed
+        while the next block travels.  Forward passes the local K/V block on cp-1 times;
+        backward passes K/V, then K/V with the dK/dV gathered so far, then dK/dV, the
+        other way round: cp messages, 2(cp-1) blocks of K/V bytes.  Every step computes
+        1/cp of the kernel (with load-balanced chunks, causal steps weigh the same).
+        Returns the deps of the kernel's outputs."""
+        axis, letter = plan.ring
+        ins, outs = parse_spec(op.spec)
+        streamed = [(t, layout) for t, layout, term in zip(op.inputs, plan.in_layouts, ins) if letter in term]
+        kv = sum(self.sizes.nbytes(t, layout) for t, layout in streamed)
+        grads = [(t, layout) for t, layout, term in zip(op.outputs, plan.out_layouts, outs) if letter in term]
+        dkv = sum(self.sizes.nbytes(t, layout) for t, layout in grads)
+        kv_deps = tuple(d for t, layout in streamed for d in deps_of(t, layout))
+        mm, other, nbytes = self.cost(op)
+        n = self.sizes.deg([axis])
+        backward = bool(grads)
+        to, frm = (f"{axis}%-1", f"{axis}%+1") if backward else (f"{axis}%+1", f"{axis}%-1")
+        name = f"{tag}.{op.name}"
+        recv = comp = None
+        for i in range(n):
+            step_recv = None
+            if backward or i < n - 1:
+                if backward:
+                    size, send_deps = (kv, kv_deps) if i == 0 else (dkv if i == n - 1 else kv + dkv, (recv, comp))
+                else:
+                    size, send_deps = kv, kv_deps if i == 0 else (recv,)
+                ring_tag = prog.next_tag()
+                step_recv = prog.p2p(f"{name}:ring{i}:recv", NodeType.COMM_RECV, size, frm, ring_tag, ())
+                prog.p2p(f"{name}:ring{i}:send", NodeType.COMM_SEND, size, to, ring_tag, send_deps)
+            comp = prog.comp(f"{name}:ring{i}", mm, other, nbytes, deps if i == 0 else (comp, recv),
+                             self.kernel(op))
+            recv = step_recv
+        return (comp, recv) if backward else (comp,)
+
     def emit_param_gathers(self, prog: _Program, gathers: list[Redistribute], versions: dict, name: str):
-        """FSDP: one all-gather of all of a layer's parameters per axis, before the layer runs."""
-        by_axis: dict[str, list[Redistribute]] = {}
+        """FSDP: one all-gather of a layer's parameters per group, before the layer runs; a
+        parameter sharded over several axes (dp and cp) is gathered over them at once."""
+        by_tensor: dict[Tensor, list[Redistribute]] = {}
         for r in gathers:
-            by_axis.setdefault(r.axis, []).append(r)
-        for axis, rs in by_axis.items():
-            size = sum(self.sizes.nbytes(r.tensor, r.before) for r in rs)
-            nid = prog.coll(f"{name}:all_gather.{axis}:params", CollectiveType.ALL_GATHER, size, self.key(axis), ())
-            for r in rs:
-                versions[(r.tensor, self.lk(r.after))] = (nid,)
+            by_tensor.setdefault(r.tensor, []).append(r)
+        by_key: dict[str, list[list[Redistribute]]] = {}
+        for steps in by_tensor.values():
+            by_key.setdefault(canonical_key(r.axis for r in steps), []).append(steps)
+        for key, tensors in by_key.items():
+            size = sum(self.sizes.nbytes(steps[0].tensor, steps[0].before) for steps in tensors)
+            nid = prog.coll(f"{name}:all_gather.{key}:params", CollectiveType.ALL_GATHER, size, self.key(key), ())
+            for steps in tensors:
+                versions[(steps[0].tensor, self.lk(steps[-1].after))] = (nid,)
 
     def layer_gathers(self, fwd_ops: list[Op]) -> dict:
         """FSDP units: per layer (None = outside the layers), the gathers of every
@@ -496,6 +543,7 @@ class Lowerer:
         """The program of pipeline stage ``stage`` and its peak activation bytes."""
         prog = _Program()
         m_total = self.plan.micro_batches
+        prog.tags = m_total * len(self.crossings)  # pipeline tags come first; kernels' own messages follow
         order = self.schedule(self.stages, m_total, self.virtual)[stage]
         buckets = self.plan_buckets(stage)
         by_last_op: dict[Op, list[int]] = {}

@@ -143,29 +143,37 @@ class Mesh:
         return sorted(members)
 
     def peer(self, rank: int, key: str) -> int:
-        """The rank a send/recv with peer key ``"<axis>+<n>"`` or ``"<axis>-<n>"`` talks to."""
-        axis, delta = self._peer_offset(key)
+        """The rank a send/recv with peer key ``"<axis>+<n>"`` or ``"<axis>-<n>"`` talks to;
+        ``"<axis>%+<n>"`` and ``"<axis>%-<n>"`` count around the axis as a ring."""
+        axis, delta, ring = self._peer_offset(key)
         c = self.coord(rank, axis) + delta
-        if not 0 <= c < self.degrees[axis]:
+        if ring:
+            c %= self.degrees[axis]
+        elif not 0 <= c < self.degrees[axis]:
             raise ValueError(f"rank {rank} has no {axis} neighbour at offset {delta}")
-        return rank + delta * self.strides[axis]
+        return rank + (c - self.coord(rank, axis)) * self.strides[axis]
 
     def peer_array(self, key: str, ranks: np.ndarray) -> np.ndarray:
         """:meth:`peer` of every rank in ``ranks`` (the same ValueError, for the first bad one)."""
-        axis, delta = self._peer_offset(key)
+        axis, delta, ring = self._peer_offset(key)
         ranks = np.asarray(ranks, dtype=np.int64)
-        coords = self.coord_array(ranks, axis) + delta
-        bad = (coords < 0) | (coords >= self.degrees[axis])
-        if bad.any():
-            raise ValueError(f"rank {int(ranks[bad.argmax()])} has no {axis} neighbour at offset {delta}")
-        return ranks + delta * self.strides[axis]
+        here = self.coord_array(ranks, axis)
+        coords = here + delta
+        if ring:
+            coords %= self.degrees[axis]
+        else:
+            bad = (coords < 0) | (coords >= self.degrees[axis])
+            if bad.any():
+                raise ValueError(f"rank {int(ranks[bad.argmax()])} has no {axis} neighbour at offset {delta}")
+        return ranks + (coords - here) * self.strides[axis]
 
     @staticmethod
-    def _peer_offset(key: str) -> tuple[str, int]:
+    def _peer_offset(key: str) -> tuple[str, int, bool]:
+        """(axis, offset, around the axis as a ring) of a peer key."""
         for sign in ("+", "-"):
             if sign in key:
                 axis, n = key.split(sign, 1)
-                return axis, int(n) * (1 if sign == "+" else -1)
+                return axis.rstrip("%"), int(n) * (1 if sign == "+" else -1), axis.endswith("%")
         raise ValueError(f"peer key {key!r} must look like 'pp+1' or 'pp-1'")
 
 

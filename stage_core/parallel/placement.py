@@ -108,6 +108,11 @@ class ShardedGraph:
     recompute: str = "none"
     pipeline: tuple[int, int] = (1, 1)  # (stages, virtual stages per rank): layers split into stages*virtual chunks
     stage_layers: tuple[int, ...] | None = None  # layers per chunk, in chunk order; None: an even split
+    # axis -> block ("" for every block) -> dim names an op's sharding on that axis prefers,
+    # where its inputs are sharded on different letters (sequence vs heads: DeepSpeed-Ulysses)
+    prefer: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
+    reuse_forward: set[str] = field(default_factory=set)  # axes on which backward reads tensors as forward moved them
+    rings: set[str] = field(default_factory=set)  # axes over which a kernel that can streams its ring letter
     applied: list[str] = field(default_factory=list)
 
     def active(self, axis: str) -> bool:
@@ -141,6 +146,11 @@ class ShardedGraph:
 
     def hint(self, tag: str, axis: str, placement) -> None:
         self.tag_hints.setdefault(tag, {})[axis] = placement
+
+    def prefer_dims(self, axis: str, dims: tuple[str, ...], block: str = "") -> None:
+        """On ``axis``, ops of ``block`` (every block: "") keep the first letter whose size is
+        one of ``dims`` sharded, moving inputs sharded on other letters to it."""
+        self.prefer.setdefault(axis, {})[block] = tuple(dims)
 
     def compute_layout(self, p: Tensor) -> dict[str, object]:
         return self.param_compute.get(p, {})

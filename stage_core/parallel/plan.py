@@ -11,6 +11,8 @@ from ..errors import UsageError
 AXES = ("tp", "cp", "ep", "dp", "pp")
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"
 RECOMPUTE = ("none", "selective", "full")
+#: context-parallel attention: TransformerEngine's ring, Llama 3's K/V all-gather, DeepSpeed-Ulysses
+CP_COMM = ("p2p", "all-gather", "a2a")
 ZERO_STAGES = (0, 1, 2, 3)
 GRAD_DTYPES = ("bf16", "fp16", "fp32")
 OPTIMIZER_DTYPES = ("fp32", "bf16")
@@ -25,6 +27,7 @@ COUNTS = ("dp", "tp", "pp", "cp", "ep", "virtual_stages", "micro_batch_size", "m
 CHOICES: dict[str, tuple] = {
     "zero": ZERO_STAGES,
     "recompute": RECOMPUTE,
+    "cp_comm": CP_COMM,
     "grad_dtype": GRAD_DTYPES,
     "optimizer_dtype": OPTIMIZER_DTYPES,
 }
@@ -67,6 +70,7 @@ class Plan:
     optimizer_dtype: str = "fp32"
     bucket_params: int | None = None  # gradient bucket size in parameters; None = Megatron's default
     stage_layers: tuple[int, ...] | str | None = None  # layers per pipeline chunk, "auto", or None: even split
+    cp_comm: str = "p2p"  # how attention meets the keys of other context-parallel ranks (CP_COMM)
 
     @property
     def world_size(self) -> int:
@@ -113,8 +117,9 @@ class Plan:
             raise UsageError("--virtual-stages above 1 needs --pp above 1")
         if self.stage_layers is not None:
             self._check_stage_layers()
-        if self.zero and self.dp == 1:
-            raise UsageError(f"--zero {self.zero} shards model state over data parallel ranks; it needs --dp above 1")
+        if self.zero and self.dp * self.cp == 1:
+            raise UsageError(f"--zero {self.zero} shards model state over the data parallel ranks (dp x cp); it "
+                             f"needs --dp or --cp above 1")
 
 
     def _check_stage_layers(self) -> None:

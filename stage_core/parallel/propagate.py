@@ -24,6 +24,15 @@ the op's index letters.  The rules (WORKED-EXAMPLES.md):
 5. Outputs: Shard where the kept letter appears; Partial where the op sums over
    it (``linear_reduce``); a letter only in an output follows the output's hint.
 
+Three declarations of a ShardedGraph refine rules 2-5 on an axis (context parallel
+uses them): ``prefer`` names the dims whose letter ops of a block keep sharded when
+their inputs disagree (attention's heads, the sequence elsewhere: all-to-alls);
+``rings`` lets a kernel that declares a ring letter (``attrs["ring_letter"]``,
+ring attention's keys) keep its inputs sharded on it, its outputs with that letter
+sharded too, and lowering writes the ring's sends and receives; on the axes in
+``reuse_forward`` backward reads a tensor as forward moved it instead of moving it
+again (the kernel kept it for backward).
+
 Outputs then move to their hint (a tagged activation's wanted placement, or for
 an activation's gradient the placement of that activation) right after the op,
 except that a Partial output whose every reader is a sum stays Partial (rule 1
@@ -38,6 +47,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .. import sym
 from ..ir.graph import Graph
 from ..ir.ops import FORWARD, OPTIMIZER, OTHER, Op, parse_spec
 from ..ir.tensor import Role, Tensor
@@ -67,6 +77,7 @@ class OpPlan:
     out_layouts: list[dict] = field(default_factory=list)
     letter_axes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     kernel_comms: list[tuple[CollectiveType, str, str, int]] = field(default_factory=list)
+    ring: tuple[str, str] | None = None  # (axis, letter): the kernel streams that letter's shards around the axis
 
 
 @dataclass
@@ -237,7 +248,10 @@ class _Propagator:
         for axis in self.axes:
             cur = [_letter(layout, axis, term) for layout, term in zip(start, ins)]
             out_hint = [_letter(h, axis, term) if h else None for h, term in zip(hints, outs)]
-            new_in, new_out, kept, kcomms = self.resolve_axis(op, axis, ins, outs, cur, out_hint, pinned, grad_pins)
+            new_in, new_out, kept, kcomms, ring = self.resolve_axis(op, axis, ins, outs, cur, out_hint, pinned,
+                                                                    grad_pins)
+            if ring is not None:
+                plan.ring = (axis, ring)
             for i, letter in enumerate(new_in):
                 target[i] = _set(target[i], axis, _placement(letter, ins[i]))
             for j, letter in enumerate(new_out):
@@ -266,17 +280,27 @@ class _Propagator:
         return plan
 
     def resolve_axis(self, op, axis, ins, outs, cur, out_hint, pinned, grad_pins):
+        """New input letters, output letters, the letters kept sharded, the kernel's own
+        collectives and the ring letter (or None) of ``op`` on ``axis``."""
         n = len(cur)
         new = list(cur)
+        # 0. a kernel that streams a letter's shards around a ring of the axis (ring
+        # attention's keys) keeps the inputs sharded on it as they are
+        ring = op.attrs.get("ring_letter") if axis in self.sg.rings else None
+        if ring is not None and ring not in cur:
+            ring = None
+        ringed = [i for i, c in enumerate(cur) if ring is not None and c == ring]
+        for i in ringed:
+            new[i] = None
         # a parameter's gradient must come out in the parameter's own sharding
         pin_out = next((h for h, pin in zip(out_hint, grad_pins) if pin and h not in (None, "P")), None)
         # 1. partial inputs
         if any(c == "P" for c in cur):
             if (op.partial_ok or op.kind == "view") and all(c == "P" for c in cur):
-                return new, ["P"] * len(outs), (), []
+                return new, ["P"] * len(outs), (), [], None
             if op.partial_ok and sum(c == "P" for c in cur) >= 2 and all(c in (None, "P") for c in cur):
                 # Replicate terms join the partial sums as Partial (free): one reduction
-                return ["P"] * n, ["P"] * len(outs), (), []
+                return ["P"] * n, ["P"] * len(outs), (), [], None
             for i, c in enumerate(cur):
                 if c != "P":
                     continue
@@ -310,8 +334,11 @@ class _Propagator:
                     f"op {op.name}: parameters sharded on different dims ({', '.join(pinned_letters)}) "
                     f"on axis {axis}"
                 )
+            preferred = None if pinned_letters or equiv else self.preferred_letter(op, axis, ins)
             if pinned_letters:
                 keep = pinned_letters[0]
+            elif preferred is not None:
+                keep = preferred
             else:
                 hinted = [h for h in out_hint if h in distinct]
                 keep = hinted[0] if hinted else distinct[0]
@@ -325,8 +352,10 @@ class _Propagator:
         # 3. free slicing of replicated inputs that have the kept letter
         if keep is not None:
             for i in range(n):
-                if new[i] is None and keep in ins[i]:
+                if new[i] is None and keep in ins[i] and i not in ringed:
                     new[i] = keep
+        for i in ringed:
+            new[i] = ring
         # 4. letters needed whole
         kcomms = []
         if keep is not None and keep in op.whole:
@@ -340,7 +369,9 @@ class _Propagator:
         # 5. outputs
         out = []
         for j, term in enumerate(outs):
-            if keep is None:
+            if ring is not None and ring in term:
+                letter = ring  # each shard's result comes back around the ring to its owner
+            elif keep is None:
                 letter = None
             elif keep in term:
                 letter = keep
@@ -365,7 +396,23 @@ class _Propagator:
             kept = tuple(sorted(equiv))
         else:
             kept = (keep,)
-        return new, out, kept, kcomms
+        if ring is not None:
+            kept += (ring,)
+        return new, out, kept, kcomms, ring
+
+    def preferred_letter(self, op: Op, axis: str, ins: list[str]) -> str | None:
+        """The letter a strategy asks ops of this block to keep sharded on ``axis``: the
+        first input letter whose size is one of the preferred dims, in their order."""
+        prefs = self.sg.prefer.get(axis)
+        if not prefs:
+            return None
+        dims = prefs.get(op.block, prefs.get(""))
+        for name in dims or ():
+            size = sym.dim(name)
+            for letter, expr in op.letter_sizes.items():
+                if expr == size and any(letter in term for term in ins):
+                    return letter
+        return None
 
     def token_slot_equivalents(self, op: Op, sharded: list[str], axis: str, hints=()) -> frozenset:
         """For a MoE dispatch/combine: {token letter sharded here, slot letter}, else empty.
@@ -397,6 +444,11 @@ class _Propagator:
             return []
         have = self.avail.setdefault((t, phase), set())
         if key in have:
+            return []
+        if phase == "B" and key in self.avail.get((t, "F"), ()) and all(
+                a in self.sg.reuse_forward for a in self.axes
+                if layout_key({a: src[a]} if a in src else {}) != layout_key({a: dst[a]} if a in dst else {})):
+            have.add(key)  # backward reads the tensor as forward moved it (kept for backward)
             return []
         steps = []
         layout = dict(src)

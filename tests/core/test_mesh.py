@@ -70,3 +70,18 @@ def test_group_table_by_hand():
         "5": [0, 2], "6": [1, 3], "7": [4, 6], "8": [5, 7],  # dp, by (tp, pp)
         "9": [0, 4], "10": [1, 5], "11": [2, 6], "12": [3, 7],  # first and last stage
     }
+
+
+def test_ring_peers_wrap_around_the_axis():
+    # tp2 cp4 dp2, order tp-cp-ep-dp-pp: rank = tp + 2 cp + 8 dp
+    mesh = Mesh({"tp": 2, "cp": 4, "dp": 2}, "tp-cp-ep-dp-pp")
+    for r in range(16):
+        tp, cp, dp = r % 2, (r // 2) % 4, r // 8
+        assert mesh.peer(r, "cp%+1") == tp + 2 * ((cp + 1) % 4) + 8 * dp
+        assert mesh.peer(r, "cp%-1") == tp + 2 * ((cp - 1) % 4) + 8 * dp
+    assert mesh.peer(6, "cp%+1") == 0 and mesh.peer(0, "cp%-1") == 6
+    with pytest.raises(ValueError):
+        mesh.peer(6, "cp+1")  # without % the axis ends
+    import numpy as np
+
+    assert mesh.peer_array("cp%-1", np.arange(16)).tolist() == [mesh.peer(r, "cp%-1") for r in range(16)]

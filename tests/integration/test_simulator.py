@@ -38,3 +38,27 @@ def test_tied_embedding_pipelines_finish_on_every_rank(write_set, simulate, mode
     assert summary["finished_ranks"] == plan.world_size
     assert status == 0
     assert summary["max_finish_time_ns"] > 0
+
+
+# Context parallel under each algorithm, with the other axes around it: the ring's sends and
+# receives sit inside attention, chained with every other send and collective of the rank.
+CONTEXT_PARALLEL = [
+    ("llama-tiny", Plan(cp=4, tp=2, sp=True, dp=2, cp_comm="p2p", micro_batches=2), {}),
+    ("llama-tiny", Plan(cp=2, tp=2, sp=True, dp=2, pp=2, zero=3, cp_comm="p2p", micro_batches=4,
+                        stage_layers="auto"), {"layers": 3}),
+    ("llama-tiny", Plan(cp=4, tp=2, sp=True, dp=2, pp=2, zero=1, cp_comm="all-gather", micro_batches=4), {}),
+    ("llama-tiny", Plan(cp=2, tp=2, sp=True, dp=2, pp=2, cp_comm="a2a", micro_batches=4, schedule="interleaved",
+                        virtual_stages=2), {"kv_heads": 4, "layers": 4}),
+    ("gpt2", Plan(cp=2, pp=2, cp_comm="p2p", recompute="selective", micro_batches=2, seq_len=256), {}),
+]
+
+
+@pytest.mark.parametrize("model,plan,overrides", CONTEXT_PARALLEL,
+                         ids=lambda x: x if isinstance(x, str) else None)
+def test_context_parallel_sets_finish_on_every_rank(write_set, simulate, model, plan, overrides):
+    out = write_set(model, plan, **overrides)
+    status, results = simulate(out)
+    summary = results["summary"]
+    assert summary["deadlocked_ranks"] == [], summary
+    assert summary["finished_ranks"] == plan.world_size
+    assert status == 0

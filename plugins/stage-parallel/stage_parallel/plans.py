@@ -30,6 +30,8 @@ def builtin_plans() -> list[PlanSpec]:
     return [
         _llama3("llama3-405b-8k-gpus", "8,192", {"tp": 8, "pp": 16, "dp": 64}, 8192, 32),
         _llama3("llama3-405b-16k-gpus", "16,384", {"tp": 8, "pp": 16, "dp": 128}, 8192, 16),
+        _llama3("llama3-405b-16k-gpus-128k", "16,384", {"tp": 8, "cp": 16, "pp": 16, "dp": 8}, 131072, 16,
+                "; CP all-gathers K and V (the paper's choice)", **{"cp-comm": "all-gather"}),
         PlanSpec(
             name="gpt3-175b-megatron",
             settings={"model": "gpt3-175b", "tp": 8, "pp": 8, "dp": 16, "schedule": "interleaved",

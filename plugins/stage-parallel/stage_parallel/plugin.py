@@ -3,6 +3,7 @@
 from stage_core import hookimpl
 from stage_core.records import StrategySpec
 
+from . import context
 from . import strategies as s
 from .plans import builtin_plans
 
@@ -15,6 +16,10 @@ def stage_strategies():
         StrategySpec("tp", "tp", s.validate_tp, s.apply_tp, order=20,
                      description="Megatron tensor parallel: column/row parallel attention and MLP, vocab-parallel "
                                  "embedding, head and cross-entropy"),
+        StrategySpec("cp", "cp", context.validate_cp, context.apply_cp, order=15,
+                     description="context parallel: sequences split in 2 x cp chunks (balanced causal work), "
+                                 "attention by ring p2p, K/V all-gather or all-to-all (--cp-comm); gradients "
+                                 "reduced over dp x cp"),
         StrategySpec("sp", "tp", s.validate_sp, s.apply_sp, order=30,
                      description="Megatron sequence parallel: norms and dropout on s/t, all-gather/reduce-scatter"),
         StrategySpec("zero", "dp", s.validate_zero, s.apply_zero, order=40,

@@ -88,17 +88,22 @@ def validate_zero(graph, plan) -> list[str]:
 
 
 def apply_zero(sg: ShardedGraph, mesh, plan) -> ShardedGraph:
+    """ZeRO over the data-parallel ranks, which are dp x cp with context parallel (as
+    Megatron's distributed optimizer shards over its data-parallel-with-CP group)."""
     stage = plan.zero
-    if stage >= 1:
-        sg.optimizer_sharded.add("dp")
-        sg.grad_target["dp"] = Shard(FLAT)  # reduce-scatter: each rank updates its shard
-    if stage >= 2:
-        sg.grad_storage_sharded.add("dp")
-    if stage >= 3:
-        for p in sg.graph.params:
-            layout = dict(sg.compute_layout(p))
-            layout["dp"] = Shard(FLAT)  # stored sharded, gathered where used
-            sg.param_storage[p] = layout
+    for axis in ("dp", "cp"):
+        if not sg.active(axis) or axis not in sg.grad_target:
+            continue
+        if stage >= 1:
+            sg.optimizer_sharded.add(axis)
+            sg.grad_target[axis] = Shard(FLAT)  # reduce-scatter: each rank updates its shard
+        if stage >= 2:
+            sg.grad_storage_sharded.add(axis)
+        if stage >= 3:
+            for p in sg.graph.params:
+                layout = dict(sg.storage_layout(p))
+                layout[axis] = Shard(FLAT)  # stored sharded, gathered where used
+                sg.param_storage[p] = layout
     return sg
 
 
