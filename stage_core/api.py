@@ -16,6 +16,8 @@ from typing import Any, Callable, ContextManager, Mapping, Sequence
 
 from . import __version__, hardware
 from .autodiff import OptimizerConfig, differentiate
+from .bounds import (DEFAULT_MAX_NODES, Extrapolated, check_lower_bound, check_model_size, check_world,
+                     lower_within)
 from .errors import TraceError, UsageError
 from .ir.graph import Graph
 from .output import COMM_GROUPS, MANIFEST, check_target, staging
@@ -117,15 +119,23 @@ def _strategies(host: PluginHost, plan: Plan):
 
 
 def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[str, str] | None = None,
-             plan: Plan = DEFAULT_PLAN, gpu: HardwareSpec | None = None) -> Result:
+             plan: Plan = DEFAULT_PLAN, gpu: HardwareSpec | None = None, *,
+             max_nodes: int | None = DEFAULT_MAX_NODES, programs: bool = True) -> Result:
     """Everything up to the files: the programs, their reports and the manifest.
 
     With ``gpu`` (a hardware preset, see :func:`stage_core.hardware.resolve`) every
     compute node is timed by the GPU's compute model (``duration_micros``); the
     manifest then records the hardware and, per rank class, ``compute_time_us``.
+
+    ``max_nodes`` bounds the set (nodes of all ranks together; None: no limit), checked
+    before each costly step (:mod:`stage_core.bounds`).  ``programs=False`` when only the
+    reports are wanted: a large micro-batch count is then extrapolated, the job has no
+    programs, and ``max_nodes`` bounds only the world size.
     """
     plan.check_basic()
+    check_world(plan, max_nodes)
     spec, config = resolve_model(host, model, overrides)
+    check_model_size(spec, config)
     seq_len = plan.seq_len or getattr(config, "seq_len", None)
     if not seq_len:
         raise UsageError(f"model {config.name} has no default sequence length; give --seq-len")
@@ -146,6 +156,9 @@ def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[st
         problems += list(s.validate(forward, plan))
     if problems:
         raise UsageError(problems[0] if len(problems) == 1 else "; ".join(problems))
+    set_limit = max_nodes if programs else None
+    if set_limit is not None:
+        check_lower_bound(len(forward.kernels()), plan, set_limit)
 
     training = differentiate(forward, OptimizerConfig(state_dtype=plan.optimizer_dtype))
     mesh = Mesh.from_plan(plan)
@@ -158,13 +171,18 @@ def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[st
     # the graph is the whole job's micro-batch: dp splits b back to micro_batch_size per rank
     dims.update(b=plan.micro_batch_size * plan.dp, s=plan.seq_len)
     schedule = next(s for s in host.schedules() if s.name == plan.schedule)
-    lowered = lower(prop, plan, mesh, dims, schedule.order)
+    lowered = lower_within(lambda p: lower(prop, p, mesh, dims, schedule.order), plan, set_limit, programs,
+                           schedule.order)
     groups = GroupTable(mesh, lowered.group_keys)
     manifest = make_manifest(config, plan, mesh.world_size, lowered.reports, lowered.stage_layers)
     programs = lowered.programs
     if gpu is not None:
         model_spec = host.compute_model(gpu.gpu.compute_model, gpu.gpu.name)
-        programs, micros = time_programs(programs, KernelTimer(model_spec, gpu))
+        timer = KernelTimer(model_spec, gpu)
+        if isinstance(lowered, Extrapolated):
+            micros = lowered.compute_micros(timer)
+        else:
+            programs, micros = time_programs(programs, timer)
         manifest["hardware"] = hardware.to_dict(gpu)
         manifest["compute_model"] = model_spec.name
         for rc, us in zip(manifest["rank_classes"], micros):

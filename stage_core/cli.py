@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import __version__, hardware
+from .bounds import BYTES_PER_NODE, DEFAULT_MAX_NODES
 from .api import DEFAULT_MODEL, DEFAULT_PLAN, check_output_dir, plan_job, read_trace_set, write_trace_set
 from .errors import PluginError, StageError, TraceError, UsageError
 from .models import param_counts
@@ -88,6 +89,10 @@ def _add_plan_flags(p: argparse.ArgumentParser, host: PluginHost | None) -> None
     g.add_argument("--global-batch", type=int, metavar="B",
                    help="sequences per step; sets micro-batches to B / (dp x micro-batch-size)")
     g.add_argument("--order", help=f"rank order, fastest first (default {DEFAULT_ORDER})")
+    g = p.add_argument_group("limits")
+    g.add_argument("--max-nodes", type=int, default=DEFAULT_MAX_NODES, metavar="N",
+                   help=f"refuse a trace set of more nodes, all ranks together (default {DEFAULT_MAX_NODES:,}, "
+                        f"about {DEFAULT_MAX_NODES * BYTES_PER_NODE // 10**9} GB as Chakra ET)")
 
 
 def _listed(values: Sequence[int], most: int = 12) -> str:
@@ -218,6 +223,12 @@ def _gpu(host: PluginHost, args):
     return hardware.resolve(host, args.gpu) if args.gpu else None
 
 
+def _max_nodes(args) -> int:
+    if args.max_nodes < 1:
+        raise UsageError(f"--max-nodes {args.max_nodes}: must be a positive integer")
+    return args.max_nodes
+
+
 def cmd_generate(host: PluginHost, args) -> int:
     model, overrides, plan, used_default = plan_from_args(args, host)
     check_output_dir(args.output)  # before any work
@@ -227,7 +238,7 @@ def cmd_generate(host: PluginHost, args) -> int:
     ranks = None if args.ranks is None else parse_ranks(args.ranks, plan.world_size)
     gpu = _gpu(host, args)
     start = time.perf_counter()
-    result = plan_job(host, model, overrides, plan, gpu)
+    result = plan_job(host, model, overrides, plan, gpu, max_nodes=_max_nodes(args))
     world = result.job.world_size
     write_trace_set(host, result, args.output, args.format, validate=not args.no_validate, ranks=ranks,
                     workers=args.workers, progress=None if args.quiet else progress_bar)
@@ -278,7 +289,7 @@ def _plan_text(plan: Plan) -> str:
 
 def cmd_report(host: PluginHost, args) -> int:
     model, overrides, plan, _ = plan_from_args(args, host)
-    result = plan_job(host, model, overrides, plan, _gpu(host, args))
+    result = plan_job(host, model, overrides, plan, _gpu(host, args), max_nodes=_max_nodes(args), programs=False)
     if args.json:
         print(json.dumps(result.manifest, indent=2))
         return 0

@@ -19,6 +19,7 @@ from typing import Iterable, Sequence
 import sympy as sp
 
 from .. import sym
+from ..errors import UsageError
 from . import kernels
 from .graph import Graph
 from .ops import MATMUL, OTHER, Op, parse_spec
@@ -54,6 +55,12 @@ def pair_terms(coeff, letters: str, kind: str, causal: bool, window: int | None)
     if causal:
         terms.append((-sp.nsimplify(coeff) / 2, banded.replace("s", WINDOW_LETTER), kind))
     return terms
+
+
+#: the most ops a model graph may have (about 4,500 GPT layers; the largest published
+#: models have a few thousand): past it, building, differentiating and lowering take
+#: minutes and gigabytes, so the builder stops (see stage_core.bounds)
+MAX_MODEL_OPS = 50_000
 
 
 class GraphBuilder:
@@ -135,6 +142,10 @@ class GraphBuilder:
         attrs: dict | None = None,
         free_letters: dict | None = None,
     ) -> tuple[Tensor, ...]:
+        if len(self.graph.ops) >= MAX_MODEL_OPS:
+            where = f" (at layer {self._layer})" if self._layer is not None else ""
+            raise UsageError(f"model {self.graph.name}: its graph passes {MAX_MODEL_OPS:,} ops{where}, more than "
+                             f"STAGE builds; give fewer layers")
         ins, outs = parse_spec(spec)
         if out_shapes is None:
             sizes: dict[str, object] = {}

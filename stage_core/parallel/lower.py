@@ -32,6 +32,17 @@ from .propagate import OpPlan, Propagation, Redistribute
 from ..schedule.orders import one_f_one_b
 
 
+@dataclass(frozen=True)
+class Step:
+    """A program after one schedule step: the step's micro-batch, the nodes, FLOPs and
+    bytes moved so far."""
+
+    micro_batch: int
+    nodes: int
+    flops: dict[str, int]
+    comm: dict[str, int]
+
+
 @dataclass
 class ClassReport:
     """What one rank of a class computes, holds and moves in one training step."""
@@ -41,6 +52,10 @@ class ClassReport:
     memory_bytes: dict[str, int]
     comm_bytes: dict[str, int]
     nodes: int = 0
+    # for stage_core.bounds (a large micro-batch count from a small one): the program's
+    # state after each schedule step, and the activation bytes a micro-batch keeps per chunk
+    steps: list[Step] = field(default_factory=list, repr=False)
+    chunk_activations: dict[int, int] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict:
         return {
@@ -214,6 +229,8 @@ class _Program:
         self.step_tail: int | None = None  # last node of the previous schedule step
         self.step_last: int | None = None
         self.slot_last: int | None = None  # the last send or collective emitted
+        self.steps: list[Step] = []
+        self.chunk_acts: dict[int, int] = {}  # activation bytes a micro-batch keeps in each chunk
 
     def _deps(self, deps, slot: bool = False) -> tuple[tuple[int, ...], tuple[int, ...]]:
         data = tuple(sorted(set(deps)))
@@ -263,8 +280,9 @@ class _Program:
         self.tags += 1
         return self.tags
 
-    def end_step(self):
+    def end_step(self, micro_batch: int):
         self.step_tail = self.step_last
+        self.steps.append(Step(micro_batch, len(self.nodes), dict(self.flops), dict(self.comm)))
 
 
 class Lowerer:
@@ -552,7 +570,7 @@ class Lowerer:
         syncs: dict[int, list[int]] = {}
         per_mb: dict[int, dict] = {}
         index = {x: i for i, x in enumerate(self.crossings)}
-        chunk_acts = {}
+        chunk_acts = prog.chunk_acts
         live = peak = 0
         done_backward = {c: 0 for c in range(self.chunks)}
         for kind, m, local_chunk in order:
@@ -605,7 +623,7 @@ class Lowerer:
                     prog.p2p(f"{tag}.{'fwd' if ph == 'F' else 'bwd'}:send:{t.name}", NodeType.COMM_SEND,
                              self.sizes.nbytes(t, self.prop.produced.get(t, {})),
                              self.peer_key(src, dst, True), 1 + m * len(self.crossings) + index[x], deps)
-            prog.end_step()
+            prog.end_step(m)
         self.emit_optimizer(prog, stage, buckets, syncs, per_mb.get(m_total - 1, {}))
         return prog, peak
 
@@ -781,7 +799,8 @@ class Lowerer:
             ranks = tuple(np.flatnonzero(stages == stage).tolist())
             flops = dict(prog.flops)
             flops["total"] = flops["matmul"] + flops["other"]
-            reports.append(ClassReport(ranks, flops, self.memory(stage, peak), dict(prog.comm), nodes=len(prog.nodes)))
+            reports.append(ClassReport(ranks, flops, self.memory(stage, peak), dict(prog.comm), nodes=len(prog.nodes),
+                                       steps=prog.steps, chunk_activations=dict(prog.chunk_acts)))
             programs.append(RankProgram(ranks, tuple(prog.nodes), label=f"stage{stage}"))
         return Lowered(programs, reports, set(self.group_keys), self.stage_layers)
 

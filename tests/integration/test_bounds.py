@@ -1,0 +1,34 @@
+"""Bounded work through the command line (issue 9, point 4), with every plugin installed."""
+
+import json
+
+import pytest
+
+
+def manifest_of(run_stage, command, *argv, out=None):
+    extra = ["-o", out] if out else ["--json"]
+    done = run_stage(command, *argv, *extra)
+    assert done.returncode == 0, done.stderr
+    return json.loads((out / "manifest.json").read_text()) if out else json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("plan", [
+    ["--model", "gpt2", "--pp", "2", "--micro-batches", "50", "--gpu", "h100"],
+    ["--model", "mixtral-8x7b", "--set", "layers=2", "--seq-len", "256", "--tp", "2", "--sp", "--dp", "2",
+     "--micro-batches", "9"],
+])
+def test_an_extrapolated_report_is_the_generated_sets_manifest(run_stage, tmp_path, plan):
+    report = manifest_of(run_stage, "report", *plan)
+    written = manifest_of(run_stage, "generate", *plan, out=tmp_path / "set")
+    assert report["rank_classes"] == written["rank_classes"]  # FLOPs, memory, bytes, compute time
+
+
+def test_report_of_100000_micro_batches_is_quick_and_small(run_stage):
+    # 75 s and 5 GB before; timed by benchmarks/bench_report.py, here only its result
+    done = run_stage("report", "--micro-batches", "100000", "--json")
+    assert done.returncode == 0, done.stderr
+    rc = json.loads(done.stdout)["rank_classes"][0]
+    one = json.loads(run_stage("report", "--micro-batches", "1", "--json").stdout)["rank_classes"][0]
+    two = json.loads(run_stage("report", "--micro-batches", "2", "--json").stdout)["rank_classes"][0]
+    per_micro_batch = two["flops"]["total"] - one["flops"]["total"]
+    assert rc["flops"]["total"] == one["flops"]["total"] + 99_999 * per_micro_batch
