@@ -16,6 +16,7 @@ def manifest_of(run_stage, command, *argv, out=None):
     ["--model", "gpt2", "--pp", "2", "--micro-batches", "50", "--gpu", "h100"],
     ["--model", "mixtral-8x7b", "--set", "layers=2", "--seq-len", "256", "--tp", "2", "--sp", "--dp", "2",
      "--micro-batches", "9"],
+    ["--model", "gpt-tiny", "--cp", "2", "--cp-comm", "p2p", "--pp", "2", "--micro-batches", "22"],
 ])
 def test_an_extrapolated_report_is_the_generated_sets_manifest(run_stage, tmp_path, plan):
     report = manifest_of(run_stage, "report", *plan)

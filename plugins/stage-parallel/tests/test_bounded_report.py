@@ -14,6 +14,8 @@ PLANS = [
     Plan(dp=2, zero=3, recompute="full", micro_batches=37),
     Plan(dp=2, zero=1, pp=2, recompute="selective", micro_batches=31),
     Plan(tp=2, sp=True, pp=2, micro_batches=50),
+    Plan(cp=2, cp_comm="all-gather", micro_batches=21),
+    Plan(cp=2, cp_comm="a2a", dp=2, zero=2, micro_batches=19),
 ]
 
 
