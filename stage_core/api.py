@@ -171,14 +171,16 @@ def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[st
     # the graph is the whole job's micro-batch: dp splits b back to micro_batch_size per rank
     dims.update(b=plan.micro_batch_size * plan.dp, s=plan.seq_len)
     schedule = next(s for s in host.schedules() if s.name == plan.schedule)
-    lowered = lower_within(lambda p: lower(prop, p, mesh, dims, schedule.order), plan, set_limit, programs,
-                           schedule.order)
+    timer = None
+    if gpu is not None:
+        model_spec = host.compute_model(gpu.gpu.compute_model, gpu.gpu.name)
+        timer = KernelTimer(model_spec, gpu)
+    lowered = lower_within(lambda p: lower(prop, p, mesh, dims, schedule.order, gpu, timer), plan, set_limit,
+                           programs, schedule.order)
     groups = GroupTable(mesh, lowered.group_keys)
     manifest = make_manifest(config, plan, mesh.world_size, lowered.reports, lowered.stage_layers)
     programs = lowered.programs
     if gpu is not None:
-        model_spec = host.compute_model(gpu.gpu.compute_model, gpu.gpu.name)
-        timer = KernelTimer(model_spec, gpu)
         if isinstance(lowered, Extrapolated):
             micros = lowered.compute_micros(timer)
         else:

@@ -132,6 +132,8 @@ def tier(hw: HardwareSpec, ranks: Sequence[int]) -> LinkSpec:
     return hw.scale_up if len(nodes) <= 1 else hw.scale_out
 
 
+#: links a message crosses between two GPUs of a switched tier
+LINKS_PER_HOP = 2
 #: bytes each rank moves per byte of ``comm_size``, ring algorithms on n ranks
 RING_FACTOR = {
     "all_reduce": lambda n: 2 * (n - 1) / n,
@@ -140,7 +142,8 @@ RING_FACTOR = {
     "all_to_all": lambda n: (n - 1) / n,
     "send": lambda n: 1.0,
 }
-#: latency hops of the ring algorithm on n ranks
+#: sequential steps of the ring algorithm on n ranks; each crosses two links (GPU to
+#: switch to GPU: NVSwitch inside a node, the network's switch across nodes)
 RING_STEPS = {
     "all_reduce": lambda n: 2 * (n - 1),
     "reduce_scatter": lambda n: n - 1,
@@ -155,5 +158,13 @@ def transfer_seconds(hw: HardwareSpec, kind: str, comm_size: int, ranks: Sequenc
     n = max(len(ranks), 2) if kind != "send" else 2
     link = tier(hw, ranks)
     return (RING_FACTOR[kind](n) * comm_size / link.bytes_per_second
-            + RING_STEPS[kind](n) * link.latency_ns * 1e-9)
+            + RING_STEPS[kind](n) * LINKS_PER_HOP * link.latency_ns * 1e-9)
+
+
+def transfer_bytes(hw: HardwareSpec, kind: str, seconds: float, ranks: Sequence[int]) -> int:
+    """The ``comm_size`` that :func:`transfer_seconds` says takes ``seconds`` (0 if none fits)."""
+    n = max(len(ranks), 2) if kind != "send" else 2
+    link = tier(hw, ranks)
+    left = seconds - RING_STEPS[kind](n) * LINKS_PER_HOP * link.latency_ns * 1e-9
+    return max(0, int(left * link.bytes_per_second / RING_FACTOR[kind](n)))
 

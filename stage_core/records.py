@@ -207,7 +207,8 @@ class LinkSpec:
 
     ``bandwidth_gbps``: the datasheet bandwidth per GPU and direction, 10^9 bytes per
     second; ``efficiency``: the fraction of it a large collective reaches;
-    ``latency_ns``: per hop.
+    ``latency_ns``: per link (a message between two GPUs crosses two: to the switch
+    and from it).
     """
 
     name: str

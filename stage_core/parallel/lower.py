@@ -10,6 +10,8 @@ by axis key and peers by offset; a backend stamps them per rank.
 
 from __future__ import annotations
 
+import dataclasses
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from functools import cached_property
 from fractions import Fraction
@@ -18,16 +20,19 @@ from typing import Iterable
 
 import numpy as np
 
-from .. import sym
+from .. import hardware, sym
 from ..errors import UsageError
 from ..ir import kernels
 from ..kernel import Kernel, kernel
+from ..records import HardwareSpec
+from ..timing import node_kernel
 from ..ir.ops import BACKWARD, FORWARD, MATMUL, OPTIMIZER, Op, parse_spec
 from ..ir.tensor import DTYPE_BYTES, Role, Tensor
 from ..trace import COMM_KEYS, CollectiveType, NodeType, ProgramNode, RankProgram
 from .mesh import Mesh, canonical_key
 from .placement import FLAT, Partial, Shard, layout_key
 from .plan import Plan
+from .overlap import Background, place
 from .propagate import OpPlan, Propagation, Redistribute
 from ..schedule.orders import one_f_one_b
 
@@ -210,15 +215,51 @@ def _cost(op: Op, letters: dict[str, int]) -> tuple[int, int, int]:
     return mm, other, nbytes
 
 
+class Timing:
+    """What placing background communication needs to know of time (``--gpu``): each
+    compute node's seconds, and a send's or collective's seconds on the network,
+    for the rank class whose first rank is ``rank``."""
+
+    def __init__(self, hw: HardwareSpec, kernel_seconds, mesh: Mesh, rank: int):
+        self.hw, self.kernel_seconds, self.mesh, self.rank = hw, kernel_seconds, mesh, rank
+        self._ranks: dict[str | None, list[int]] = {}
+
+    def ranks(self, node: ProgramNode) -> list[int]:
+        key = node.group if node.type == NodeType.COMM_COLL else node.peer
+        got = self._ranks.get(key)
+        if got is None:
+            if node.type == NodeType.COMM_COLL:
+                got = (self.mesh.group_members(node.group, self.rank) if node.group
+                       else list(range(self.mesh.world_size)))
+            else:
+                got = [self.rank, self.mesh.peer(self.rank, node.peer)]
+            self._ranks[key] = got
+        return got
+
+    @staticmethod
+    def kind(node: ProgramNode) -> str:
+        return "send" if node.type == NodeType.COMM_SEND else COMM_KEYS[node.comm_type]
+
+    def compute_seconds(self, node: ProgramNode) -> float:
+        return self.kernel_seconds(node_kernel(node))
+
+    def comm_seconds(self, node: ProgramNode, size: int) -> float:
+        return hardware.transfer_seconds(self.hw, self.kind(node), size, self.ranks(node))
+
+    def comm_bytes(self, node: ProgramNode, seconds: float) -> int:
+        return hardware.transfer_bytes(self.hw, self.kind(node), seconds, self.ranks(node))
+
+
 class _Program:
     """Accumulates nodes with ids in emission order (a topological order).
 
-    Sends and collectives form one chain (each waits on the one emitted before it):
-    ASTRA-sim keeps one of them in flight per rank, so their issue order must not
-    depend on timing.  With the chain it is the emission order on every rank, and a
-    send can never be stuck behind a collective whose other members wait for that
-    send unless the schedule itself asks for it (docs/design.md, "The one
-    communication slot").
+    Sends and collectives form one chain (each waits on the one before it): ASTRA-sim
+    keeps one of them in flight per rank, so their issue order must not depend on
+    timing.  Foreground ones (pipeline sends, TP/CP/EP collectives) keep their
+    emission order; background ones (gradient buckets, ZeRO-3 parameter gathers) are
+    recorded with their release and placed by :func:`.overlap.place` in
+    :meth:`finish`, which builds the chain over the final order (docs/design.md,
+    "The one communication slot").
     """
 
     def __init__(self):
@@ -228,17 +269,16 @@ class _Program:
         self.tags = 0  # the last send/recv tag handed out
         self.step_tail: int | None = None  # last node of the previous schedule step
         self.step_last: int | None = None
-        self.slot_last: int | None = None  # the last send or collective emitted
         self.steps: list[Step] = []
         self.chunk_acts: dict[int, int] = {}  # activation bytes a micro-batch keeps in each chunk
+        self.background: dict[int, Background] = {}
+        self.last_gather: int | None = None  # the step's last parameter gather (ZeRO-3)
 
-    def _deps(self, deps, slot: bool = False) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    def _deps(self, deps) -> tuple[tuple[int, ...], tuple[int, ...]]:
         data = tuple(sorted(set(deps)))
         ctrl: tuple[int, ...] = ()
         if not data and self.step_tail is not None:
             ctrl = (self.step_tail,)
-        if slot and self.slot_last is not None and self.slot_last not in data and self.slot_last not in ctrl:
-            ctrl = tuple(sorted((*ctrl, self.slot_last)))
         return data, ctrl
 
     def comp(self, name: str, mm: int, other: int, nbytes: int, deps, kernel: Kernel | None = None) -> int:
@@ -255,22 +295,24 @@ class _Program:
         self.step_last = nid
         return nid
 
-    def coll(self, name: str, kind: CollectiveType, size: int, group: str, deps) -> int:
-        data, ctrl = self._deps(deps, slot=True)
+    def coll(self, name: str, kind: CollectiveType, size: int, group: str, deps,
+             release: int | None = None, group_size: int = 1) -> int:
+        """A collective; with ``release`` a background one, free to run once node
+        ``release`` is emitted (-1: from the start)."""
+        data, ctrl = self._deps(deps)
         nid = len(self.nodes)
-        self.slot_last = nid
         self.nodes.append(ProgramNode(nid, name, NodeType.COMM_COLL, data, ctrl, comm_type=kind,
                                       comm_size=size, group=group))
         self.comm[COMM_KEYS[kind]] += size
-        self.step_last = nid
+        if release is None:
+            self.step_last = nid
+        else:
+            self.background[nid] = Background(nid, max((release, *data, *ctrl)), group_size)
         return nid
 
     def p2p(self, name: str, kind: NodeType, size: int, peer: str, tag: int, deps) -> int:
-        sending = kind == NodeType.COMM_SEND
-        data, ctrl = self._deps(deps, slot=sending)
+        data, ctrl = self._deps(deps)
         nid = len(self.nodes)
-        if sending:
-            self.slot_last = nid
         self.nodes.append(ProgramNode(nid, name, kind, data, ctrl, comm_size=size, peer=peer, tag=tag))
         self.comm["send" if kind == NodeType.COMM_SEND else "recv"] += size
         self.step_last = nid
@@ -283,10 +325,23 @@ class _Program:
     def end_step(self, micro_batch: int):
         self.step_tail = self.step_last
         self.steps.append(Step(micro_batch, len(self.nodes), dict(self.flops), dict(self.comm)))
+        self.last_gather = None
+
+    def finish(self, timing: "Timing | None" = None) -> None:
+        """Place the background collectives and chain every send and collective (the
+        steps' node counts follow the nodes they stood with)."""
+        if timing is None:
+            self.nodes, anchors = place(self.nodes, self.background)
+        else:
+            self.nodes, anchors = place(self.nodes, self.background, timing.compute_seconds, timing.comm_seconds,
+                                        timing.comm_bytes)
+        self.steps = [dataclasses.replace(s, nodes=bisect_left(anchors, s.nodes)) for s in self.steps]
 
 
 class Lowerer:
-    def __init__(self, prop: Propagation, plan: Plan, mesh: Mesh, dims: dict[str, int], schedule=one_f_one_b):
+    def __init__(self, prop: Propagation, plan: Plan, mesh: Mesh, dims: dict[str, int], schedule=one_f_one_b,
+                 hw: HardwareSpec | None = None, kernel_seconds=None):
+        self.hw, self.kernel_seconds = hw, kernel_seconds
         self.prop = prop
         self.sg = prop.sharded
         self.g = prop.sharded.graph
@@ -458,7 +513,11 @@ class Lowerer:
             by_key.setdefault(canonical_key(r.axis for r in steps), []).append(steps)
         for key, tensors in by_key.items():
             size = sum(self.sizes.nbytes(steps[0].tensor, steps[0].before) for steps in tensors)
-            nid = prog.coll(f"{name}:all_gather.{key}:params", CollectiveType.ALL_GATHER, size, self.key(key), ())
+            # background: prefetched one layer ahead (released by the previous layer's gather)
+            release = prog.last_gather if prog.last_gather is not None else -1
+            nid = prog.coll(f"{name}:all_gather.{key}:params", CollectiveType.ALL_GATHER, size, self.key(key), (),
+                            release=release, group_size=self.mesh.group_size(key))
+            prog.last_gather = nid
             for steps in tensors:
                 versions[(steps[0].tensor, self.lk(steps[-1].after))] = (nid,)
 
@@ -625,7 +684,14 @@ class Lowerer:
                              self.peer_key(src, dst, True), 1 + m * len(self.crossings) + index[x], deps)
             prog.end_step(m)
         self.emit_optimizer(prog, stage, buckets, syncs, per_mb.get(m_total - 1, {}))
+        prog.finish(self.timing(stage))
         return prog, peak
+
+    def timing(self, stage: int) -> Timing | None:
+        if self.hw is None or self.kernel_seconds is None:
+            return None
+        first = min(r for r in range(self.mesh.world_size) if self.mesh.coord(r, "pp") == stage)
+        return Timing(self.hw, self.kernel_seconds, self.mesh, first)
 
     def emit_partial_sum(self, prog: _Program, op: Op, c: int, versions: dict, tag: str) -> None:
         """This chunk's part of a gradient sum whose parts live on several stages."""
@@ -696,7 +762,9 @@ class Lowerer:
         if kind == CollectiveType.REDUCE_SCATTER:
             numel = -(-numel // dp_deg) * dp_deg  # buckets are padded to a multiple of the group size
         size = numel * DTYPE_BYTES[self.plan.grad_dtype]
-        return [prog.coll(f"grad_sync.bucket{i}:{COMM_KEYS[kind]}.{key}", kind, size, self.key(key), deps)]
+        # background: released once the bucket's last gradient is final
+        return [prog.coll(f"grad_sync.bucket{i}:{COMM_KEYS[kind]}.{key}", kind, size, self.key(key), deps,
+                          release=-1, group_size=dp_deg)]
 
     def emit_optimizer(self, prog: _Program, stage: int, buckets, syncs: dict[int, list[int]], versions) -> None:
         sg = self.sg
@@ -805,7 +873,10 @@ class Lowerer:
         return Lowered(programs, reports, set(self.group_keys), self.stage_layers)
 
 
-def lower(prop: Propagation, plan: Plan, mesh: Mesh, dims: dict[str, int], schedule=None) -> Lowered:
+def lower(prop: Propagation, plan: Plan, mesh: Mesh, dims: dict[str, int], schedule=None,
+          hw: HardwareSpec | None = None, kernel_seconds=None) -> Lowered:
     """Programs and reports per rank class; ``schedule(stages, micro_batches, virtual)`` orders
-    each pipeline stage's steps (default 1F1B)."""
-    return Lowerer(prop, plan, mesh, dims, schedule or one_f_one_b).run()
+    each pipeline stage's steps (default 1F1B).  With ``hw`` and ``kernel_seconds(kernel)``
+    background communication is cut to fit the compute between foreground
+    communication (:mod:`.overlap`)."""
+    return Lowerer(prop, plan, mesh, dims, schedule or one_f_one_b, hw, kernel_seconds).run()

@@ -98,13 +98,17 @@ def test_einsums_read_as_gemms():
 
 
 def test_transfer_times_are_the_ring_formulas():
-    # all-reduce of 1 MB on 8 GPUs of one node: 2*7/8 MB at 50 GB/s, 14 hops of 1 us
+    # all-reduce of 1 MB on 8 GPUs of one node: 2*7/8 MB at 50 GB/s, 14 steps of two 1 us links
     assert hardware.transfer_seconds(HW, "all_reduce", 10**6, range(8)) == pytest.approx(
-        2 * 7 / 8 * 1e6 / 50e9 + 14 * 1e-6)
-    # the same group spread over two nodes is bound by the slow tier: 10 GB/s, 2 us hops
+        2 * 7 / 8 * 1e6 / 50e9 + 14 * 2 * 1e-6)
+    # the same group spread over two nodes is bound by the slow tier: 10 GB/s, 2 us links
     assert hardware.transfer_seconds(HW, "all_reduce", 10**6, [0, 8, 16, 24]) == pytest.approx(
-        2 * 3 / 4 * 1e6 / 10e9 + 6 * 2e-6)
+        2 * 3 / 4 * 1e6 / 10e9 + 6 * 2 * 2e-6)
     # all-gather's comm_size is the shard: (n-1) shards arrive
     assert hardware.transfer_seconds(HW, "all_gather", 10**6, range(4)) == pytest.approx(
-        3 * 1e6 / 50e9 + 3 * 1e-6)
-    assert hardware.transfer_seconds(HW, "send", 10**6, [0, 8]) == pytest.approx(1e6 / 10e9 + 2e-6)
+        3 * 1e6 / 50e9 + 3 * 2 * 1e-6)
+    assert hardware.transfer_seconds(HW, "send", 10**6, [0, 8]) == pytest.approx(1e6 / 10e9 + 2 * 2e-6)
+    # and back: the bytes that take a given time
+    for kind, ranks in (("all_reduce", range(8)), ("all_gather", range(4)), ("send", [0, 8])):
+        seconds = hardware.transfer_seconds(HW, kind, 10**6, ranks)
+        assert hardware.transfer_bytes(HW, kind, seconds, ranks) == pytest.approx(10**6, abs=1)
