@@ -181,3 +181,54 @@ class TraceSet:
     iter_ranks: Callable[[], Iterator[tuple[int, list[TraceNode]]]]
     metadata: Mapping[str, Any] = field(default_factory=dict)
     ranks: Sequence[int] | None = None
+
+
+class StampedNodes(Sequence[TraceNode]):
+    """A rank's nodes, given as a node list shared with other ranks and the rank's own
+    values of the attributes that differ between the ranks of a rank class.
+
+    Node for node, the rank's nodes are ``base``'s, except that an attribute in
+    :data:`RANK_ATTRS` whose value in ``base`` is ``old`` has the value
+    ``values[(name, old)]`` instead (same kind), wherever ``(name, old)`` is a key.
+    A reader hands this out for a file it read as another file with those values
+    replaced; a checker may work from ``base`` and ``values`` alone.  Indexing or
+    iterating builds the nodes themselves (``build()``, once).
+    """
+
+    __slots__ = ("base", "values", "_build", "_nodes")
+
+    def __init__(self, base: Sequence[TraceNode], values: Mapping[tuple[str, Any], Any],
+                 build: Callable[[], list[TraceNode]]):
+        self.base = base
+        self.values = values
+        self._build = build
+        self._nodes: list[TraceNode] | None = None
+
+    @property
+    def nodes(self) -> list[TraceNode]:
+        if self._nodes is None:
+            self._nodes = self._build()
+        return self._nodes
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, index):
+        return self.nodes[index]
+
+    def __iter__(self) -> Iterator[TraceNode]:
+        return iter(self.nodes)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (list, tuple, StampedNodes)):
+            return self.nodes == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"StampedNodes({len(self.base)} nodes, {len(self.values)} values replaced)"
+
+
+#: the attributes whose values differ between the ranks of a rank class
+RANK_ATTRS = frozenset({"pg_name", "comm_src", "comm_dst"})

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from operator import attrgetter, itemgetter, methodcaller
 from typing import Mapping, Sequence
 
-from ..trace import NodeType, TraceNode
+from ..trace import NodeType, StampedNodes, TraceNode
+from . import stamped
 from .groups import check_group
 from .pairs import check_peer
 from .problems import Problems, Recorder
@@ -52,6 +53,10 @@ def check_rank_number(rank: int, world_size: int, seen: Mapping, out: Problems) 
 
 def scan_rank(rank: int, nodes: list[TraceNode], groups: Mapping[str, frozenset[int]],
               world_size: int, shapes: Shapes, out: Problems) -> RankSummary:
+    if isinstance(nodes, StampedNodes):
+        summary = stamped.summary(rank, nodes, groups, world_size, shapes)
+        if summary is not None:
+            return summary
     shape = shapes.shape(nodes)
     summary = RankSummary((), (), (), (), (), defaultdict(list), defaultdict(list))
     mine = Recorder(out.limit)

@@ -938,3 +938,45 @@ def test_a_subset_is_checked_as_far_as_its_ranks_go():
     whole = validate(make({r: n for r, n in base().items() if r in (0, 3)}))
     assert {(p.rank, p.reason) for p in whole} >= {(1, "no trace for this rank"),
                                                     (2, "no trace for this rank")}
+
+
+# --------------------------------------------------------------------------- ranks given as a base and values
+
+
+def stamped_ranks(built):
+    """The base set with ranks 1 and 3 given as rank 0's and rank 2's nodes with their
+    peers replaced; ``built`` records which ranks had to be built node by node."""
+    from stage_core.trace import StampedNodes
+
+    ranks = base()
+
+    def build(rank):
+        built.append(rank)
+        return ranks[rank]
+
+    out = dict(ranks)
+    out[1] = StampedNodes(ranks[0], {("comm_dst", 2): 3}, lambda: build(1))
+    out[3] = StampedNodes(ranks[2], {("comm_src", 0): 1}, lambda: build(3))
+    return out
+
+
+def test_stamped_ranks_are_checked_from_their_values():
+    built = []
+    assert validate(make(stamped_ranks(built))) == []
+    assert built == []  # no node of ranks 1 and 3 was built
+
+
+def test_a_stamped_rank_with_a_defect_is_checked_node_by_node():
+    from stage_core.trace import StampedNodes
+
+    built = []
+    ranks = stamped_ranks(built)
+    # rank 1 names rank 0's tp group: it is not a member
+    ranks[1] = StampedNodes(base()[0], {("comm_dst", 2): 3, ("pg_name", "1"): "2"},
+                            lambda: built.append(1) or [
+                                coll(n.id, "2", deps=n.data_deps) if n.id == 1 else
+                                (send(3, 3, deps=[2]) if n.id == 3 else n) for n in base()[0]])
+    problems = validate(make(ranks))
+    assert built == [1]
+    assert (1, 1, "rank 1 is not a member of group '2' [2, 3]") in {
+        (p.rank, p.node_id, p.reason) for p in problems}

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import gzip
+from multiprocessing import get_all_start_methods
 from pathlib import Path
 from typing import Any
 
 from google.protobuf.message import DecodeError
 from stage_core.trace import TraceNode, TraceSet
 
-from . import schema, traceset, wire
+from . import schema, stampread, traceset, wire
 from .convert import metadata
 from .errors import ChakraReadError
 from .et import FORMAT_ID
 from .records import BadRecord, NodeDecoder
+from .parallelread import read_files
+from .stampread import StampDecoder
+from .writer import default_workers
 
 
 def _load(path: Path) -> bytes:
@@ -41,7 +45,10 @@ def decode_et(data: bytes, where: str = "trace",
             raise ChakraReadError(f"{where}: {exc}") from None
         raise ChakraReadError(f"{where}: record at byte 0: {exc}") from exc
     try:
-        nodes = (NodeDecoder() if decoder is None else decoder).decode(data, pos)
+        if isinstance(decoder, stampread.StampDecoder):
+            nodes = decoder.decode(data, pos, where)
+        else:
+            nodes = (NodeDecoder() if decoder is None else decoder).decode(data, pos)
     except BadRecord as exc:
         raise ChakraReadError(f"{where}: {exc}") from exc.__cause__
     return meta, nodes
@@ -63,14 +70,27 @@ def read_et_header(path: Path) -> dict[str, Any]:
         raise ChakraReadError(f"{path}: no readable GlobalMetadata record ({exc})") from exc
 
 
-def read(directory: Path) -> TraceSet:
-    """The ``chakra`` backend's reader: a directory of ``<prefix>.<rank>.et`` files."""
-    def file_reader():  # one NodeDecoder per pass over the set
-        decoder = NodeDecoder()
+#: sets of fewer files are read in this process alone
+MIN_FILES_PARALLEL = 512
+
+
+def read(directory: Path, workers: int | None = None) -> TraceSet:
+    """The ``chakra`` backend's reader: a directory of ``<prefix>.<rank>.et`` files.
+
+    A set of many files is read by ``workers`` processes (None: one per core; see
+    :mod:`.parallelread`)."""
+    def file_reader():  # one decoder per pass over the set
+        decoder = StampDecoder()
         return lambda path: read_et_file(path, decoder)
 
+    def files_reader(paths):
+        count = workers or default_workers()
+        if count < 2 or len(paths) < MIN_FILES_PARALLEL or "fork" not in get_all_start_methods():
+            return None
+        return read_files(paths, count)
+
     return traceset.open_set(Path(directory), "et", read_et_file, read_et_header, FORMAT_ID,
-                             file_reader=file_reader)
+                             file_reader=file_reader, files_reader=files_reader)
 
 
 def detect(directory: Path) -> bool:

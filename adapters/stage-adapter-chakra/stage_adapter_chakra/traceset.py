@@ -108,12 +108,15 @@ def comm_groups(directory: Path) -> dict[str, list[int]]:
 
 def open_set(directory: Path, suffix: str, decode: Decoder,
              read_header: Callable[[Path], dict[str, Any]], format_id: str, *,
-             file_reader: Callable[[], Decoder] | None = None) -> TraceSet:
+             file_reader: Callable[[], Decoder] | None = None,
+             files_reader: Callable[[list[Path]], Iterator | None] | None = None) -> TraceSet:
     """A lazily read trace set; ``iter_ranks`` decodes one file at a time.
 
     ``file_reader``, when given, is called at the start of each ``iter_ranks()`` pass
     for the decoder of that pass (so a decoder's state, such as a cache of decoded
-    records, lives as long as one pass over the set and no longer).
+    records, lives as long as one pass over the set and no longer).  ``files_reader``,
+    when given, may take the pass over instead: called with the files, it gives an
+    iterator of ``(metadata, nodes)`` of each, in order, or None to decline.
     """
     directory = Path(directory)
     part = subset(directory)
@@ -134,9 +137,11 @@ def open_set(directory: Path, suffix: str, decode: Decoder,
     header = read_header(files[0])
 
     def iter_ranks() -> Iterator[tuple[int, list[TraceNode]]]:
-        decode_file = decode if file_reader is None else file_reader()
-        for rank, path in zip(ranks or range(len(files)), files):
-            meta, nodes = decode_file(path)
+        many = None if files_reader is None else files_reader(files)
+        if many is None:
+            decode_file = decode if file_reader is None else file_reader()
+            many = map(decode_file, files)
+        for rank, path, (meta, nodes) in zip(ranks or range(len(files)), files, many):
             if not meta["version"]:
                 raise ChakraReadError(f"{path}: GlobalMetadata has no version")
             yield rank, nodes

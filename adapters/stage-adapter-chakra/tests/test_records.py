@@ -2,6 +2,9 @@
 
 The reference everywhere is the plain way to decode a file: frame by frame with
 ``wire.iter_frames``, each record parsed by protobuf and converted, nothing shared.
+``etread.read`` puts the StampDecoder (tests/test_stampread.py) in front of the
+NodeDecoder; the tests that count the NodeDecoder's own steps take it away
+(``node_decoder``).
 """
 
 from __future__ import annotations
@@ -104,6 +107,12 @@ def big_job() -> TraceJob:
 
 
 @pytest.fixture
+def node_decoder(monkeypatch):
+    """``etread.read`` with the NodeDecoder alone."""
+    monkeypatch.setattr(etread, "StampDecoder", NodeDecoder)
+
+
+@pytest.fixture
 def big_set(tmp_path):
     job = big_job()
     et.write(job, tmp_path)
@@ -135,7 +144,8 @@ def test_set_reads_as_file_by_file_and_shares_equal_records(big_set):
     assert len(b1) == len(a0) and not any(x == y for x, y in zip(a0, b1))
 
 
-def test_one_template_per_class_then_runs_are_compared_not_split(big_set, monkeypatch):
+def test_one_template_per_class_then_runs_are_compared_not_split(big_set, monkeypatch,
+                                                                node_decoder):
     calls = {"fresh": 0, "follow": 0}
     for name in calls:
         method = getattr(NodeDecoder, f"_{name}")
@@ -381,7 +391,7 @@ def count_calls(monkeypatch) -> dict:
 
 
 def test_pipeline_stage_whose_first_record_differs_per_rank_has_one_template(
-        pipe_set, monkeypatch):
+        pipe_set, monkeypatch, node_decoder):
     first = {r: reference((pipe_set / f"trace.{r}.et").read_bytes())[0]
              for r in range(PER_STAGE, 2 * PER_STAGE)}
     assert len({n.attr("comm_src") for n in first.values()}) == PER_STAGE
@@ -390,7 +400,7 @@ def test_pipeline_stage_whose_first_record_differs_per_rank_has_one_template(
     assert (calls["fresh"], calls["follow"]) == (STAGES, STAGES * (PER_STAGE - 1))
 
 
-def test_pipeline_stages_interleaved_in_rank_order(tmp_path, monkeypatch):
+def test_pipeline_stages_interleaved_in_rank_order(tmp_path, monkeypatch, node_decoder):
     directory = write_pipe(tmp_path, "pp-tp-dp")
     assert validate(etread.read(directory)) == []
     calls = count_calls(monkeypatch)

@@ -1,0 +1,79 @@
+"""Read a large set with several processes.
+
+Worker processes read the files and match each against their templates
+(:class:`~.stampread.StampDecoder`); for a file read as a template's with some
+values replaced, they send back only which template (the file it was made from)
+and the values.  This process decodes each template file once itself and hands out
+the rank's nodes as :class:`~stage_core.trace.StampedNodes` over it; every other
+file (one per class in each worker, and any file a worker could not read so) it
+decodes itself, so that its errors are reported as usual.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from functools import partial
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from stage_core.trace import StampedNodes, TraceNode
+
+from .records import NodeDecoder
+from .stampread import StampDecoder
+
+#: files per task of a worker
+CHUNK = 32
+#: bases (decoded template files) kept at once
+MAX_BASES = 64
+
+_DECODER: StampDecoder | None = None  # each worker's
+
+
+def _start_worker() -> None:
+    global _DECODER
+    from .writer import _worker_signals
+
+    _worker_signals()
+    _DECODER = StampDecoder()
+
+
+def _match(paths: list[str]) -> list[tuple[dict, tuple[str, dict]] | None]:
+    from .etread import read_et_file
+
+    out = []
+    for path in paths:
+        try:
+            meta, _ = read_et_file(Path(path), _DECODER)
+        except Exception:  # noqa: BLE001 - this process decodes it again and reports
+            out.append(None)
+            continue
+        out.append(None if _DECODER.last is None or not meta["version"] else (meta, _DECODER.last))
+    return out
+
+
+def _nodes(path: str) -> list[TraceNode]:
+    from .etread import read_et_file
+
+    return read_et_file(Path(path), NodeDecoder())[1]
+
+
+def read_files(paths: Sequence[Path], workers: int) -> Iterator[tuple[dict[str, Any], Sequence[TraceNode]]]:
+    """``(metadata, nodes)`` of each file of ``paths``, in order (see the module doc)."""
+    from .etread import read_et_file
+
+    mine = StampDecoder()
+    bases: dict[str, list[TraceNode]] = {}
+    chunks = [[str(p) for p in paths[i:i + CHUNK]] for i in range(0, len(paths), CHUNK)]
+    with multiprocessing.get_context("fork").Pool(workers, initializer=_start_worker) as pool:
+        for chunk, results in zip(chunks, pool.imap(_match, chunks)):
+            for path, got in zip(chunk, results):
+                if got is None:
+                    yield read_et_file(Path(path), mine)
+                    continue
+                meta, (source, values) = got
+                base = bases.get(source)
+                if base is None:
+                    if len(bases) >= MAX_BASES:
+                        bases.clear()
+                    base = bases[source] = _nodes(source)
+                yield meta, StampedNodes(base, values, partial(_nodes, path))
