@@ -531,3 +531,54 @@ def _concat(e, op, gs, needs):
         for i, t in zip(whole_idx, outs):
             grads[i] = t
     return grads
+
+
+# --------------------------------------------------------------------------- VJP rules: state-space models
+# (appended with GraphBuilder.causal_conv1d and .ssd_scan)
+
+
+@vjp("fused", "causal_conv1d")
+def _causal_conv1d(e, op, gs, needs):
+    """causal_conv1d_bwd: recomputes the conv and its SiLU from the kept input, then dx, dw, dbias."""
+    x, w, bias = op.inputs
+    op.saved = (x, w, bias)
+    ins, (to,) = parse_spec(op.spec)
+    taps = op.attrs["taps"]
+    terms = [(kernels.CONV_PER_TAP[1] * taps + kernels.CONV_BIAS_SILU[1], to, OTHER)]
+    outs = e.op("fused", f"{to},{to},{ins[1]},{ins[2]}->{to},{ins[1]},{ins[2]}", [gs[0], x, w, bias], [x, w, bias],
+                fn="causal_conv1d_bwd", flop_terms=terms, linear_reduce=["b", "s", "k"], whole=["s"],
+                attrs=dict(op.attrs))
+    return [o if need else None for o, need in zip(outs, needs)]
+
+
+@vjp("fused", "ssd_scan")
+def _ssd_scan(e, op, gs, needs):
+    """The SSD scan's backward (mamba_ssm's _mamba_chunk_scan_combined_bwd).
+
+    Matmuls: twice the forward's (each product's two operand gradients: dstates Cᵀ·dy,
+    dx from the diagonal blocks and from the states, d(C·Bᵀ) from dy·xᵀ, dB and dC from
+    d(C·Bᵀ) and from the states) plus the forward's C·Bᵀ and chunk states, recomputed
+    rather than kept.  Elementwise work: the SSD_* backward counts, and the state passing
+    recomputed.  Kept from forward: the inputs, the output and the fp32 dA_cumsum.
+    """
+    x, dt, a_log, b, c, d, dt_bias = op.inputs
+    y, cumsum = op.outputs
+    op.saved = (x, dt, a_log, b, c, d, dt_bias, y, cumsum)
+    q = op.attrs["chunk"]
+    terms = [
+        (3 * 2 * q, "bsgn", MATMUL),  # C·Bᵀ recomputed, dB and dC through it
+        (2 * 2 * q, "bsgrp", MATMUL),  # dx through the diagonal blocks, d(C·Bᵀ)
+        (5 * 2, "bsgrpn", MATMUL),  # chunk states recomputed, dstates, dx, dB, dC through the states
+        ((kernels.SSD_PASS[0] + kernels.SSD_PASS[1]) / q, "bsgrpn", OTHER),
+        (kernels.SSD_DT[1], "bsgr", OTHER),
+        (kernels.SSD_MASK[1] * q, "bsgr", OTHER),
+        (kernels.SSD_OUT[1], "bsgrp", OTHER),
+    ]
+    item = x.itemsize
+    nbytes = [(4 * item, "bsgrp"), (2 * dt.itemsize + 4 * 4, "bsgr"), (6 * b.itemsize, "bsgn"),
+              (4 * b.itemsize * q, "bsg"), (32 / q, "bsgrpn")]
+    outs = e.op("fused", "bsgrp,bsgrp,bsgr,gr,bsgn,bsgn,gr,gr,bsgrp,bsgr->bsgrp,bsgr,gr,bsgn,bsgn,gr,gr",
+                [gs[0], x, dt, a_log, b, c, d, dt_bias, y, cumsum], [x, dt, a_log, b, c, d, dt_bias],
+                fn="ssd_scan_bwd", flop_terms=terms, byte_terms=nbytes, linear_reduce=["b", "s", "r", "p", "n"],
+                whole=["s"], attrs=dict(op.attrs))
+    return [o if need else None for o, need in zip(outs, needs)]

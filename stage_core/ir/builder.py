@@ -511,6 +511,86 @@ class GraphBuilder:
         )
         return o
 
+    # ------------------------------------------------------------------ state-space models
+    def causal_conv1d(self, x: Tensor, weight: Tensor, bias: Tensor, *, name: str = "conv1d") -> Tensor:
+        """Depthwise causal conv1d with bias and SiLU fused (Mamba's ``causal_conv1d_fn``).
+
+        ``x`` [b, s, groups..., c] -> the same shape; ``weight`` [groups..., c, k] (k taps),
+        ``bias`` [groups..., c].  Each output element is the SiLU of its channel's last k
+        inputs along s times the taps, plus the bias: :data:`kernels.CONV_PER_TAP` per tap
+        and :data:`kernels.CONV_BIAS_SILU` per element.  It needs the whole sequence (s is
+        gathered first where it is sharded); backward keeps only the input and recomputes.
+        """
+        chans = "cdefghij"[: x.rank - 2]  # the channel letters after b and s
+        tokens = "bs" + chans
+        if weight.rank != len(chans) + 1 or bias.rank != len(chans):
+            raise ValueError(f"causal_conv1d {name}: weight must be [{', '.join(chans)}, taps] and bias "
+                             f"[{', '.join(chans)}] for an input of rank {x.rank}")
+        taps = self._constant(weight.shape[-1], "taps")
+        (out,) = self.op(
+            "fused",
+            f"{tokens},{chans}k,{chans}->{tokens}",
+            [x, weight, bias],
+            name=name,
+            fn="causal_conv1d",
+            flop_terms=[(kernels.CONV_PER_TAP[0] * taps + kernels.CONV_BIAS_SILU[0], tokens, OTHER)],
+            linear_reduce=["k"],
+            whole=["s"],
+            out_dtypes=[x.dtype],
+            attrs={"taps": taps},
+        )
+        return out
+
+    def ssd_scan(self, x: Tensor, dt: Tensor, a_log: Tensor, b: Tensor, c: Tensor, d: Tensor, dt_bias: Tensor, *,
+                 chunk, name: str = "ssd") -> Tensor:
+        """Mamba-2's selective state-space scan, the SSD chunked algorithm (Dao & Gu 2024, section 6)
+        as one declared kernel (``mamba_chunk_scan_combined``).
+
+        Shapes, with g groups (B and C shared by their r heads), r heads per group, p head
+        dim, n state size: ``x`` [b,s,g,r,p], ``dt`` [b,s,g,r], ``a_log``, ``d`` and
+        ``dt_bias`` [g,r], ``b`` and ``c`` [b,s,g,n] -> y [b,s,g,r,p]; a second fp32 output
+        [b,s,g,r] is the chunk-cumulative decay dA_cumsum that backward reads.
+
+        FLOPs per token, chunk length Q = ``chunk``, G = g groups, H = g·r heads, from the
+        paper's four steps (BMM(B, M, N, K) = 2·B·M·N·K): the diagonal blocks C·Bᵀ per group
+        2·Q·n·G and their product with x per head 2·Q·p·H; the chunk states Bᵀ·x 2·n·p·H;
+        the outputs from the states C·h 2·n·p·H (matmuls); the state passing between
+        chunks 2·n·p·H/Q and the elementwise work of :data:`kernels.SSD_DT`,
+        :data:`~kernels.SSD_MASK`, :data:`~kernels.SSD_OUT` (other).  Bytes: the HBM
+        traffic of the kernel's five passes (chunk_cumsum, chunk_state, state_passing,
+        bmm_chunk, chunk_scan): x read twice, y written, dt read and the fp32 dt and
+        dA_cumsum written once and read twice, B and C read twice each, C·Bᵀ (Q values per
+        token and group) written and read, and the fp32 chunk states (n·p per head and
+        chunk) written, read, rewritten and read.  It needs the whole sequence.
+        """
+        q = self._constant(chunk, "chunk")
+        item = x.itemsize
+        terms = [
+            (2 * q, "bsgn", MATMUL),  # C·Bᵀ inside each chunk, per group
+            (2 * q, "bsgrp", MATMUL),  # (L ∘ C·Bᵀ)·x, per head
+            (2, "bsgrpn", MATMUL),  # chunk states Bᵀ·x
+            (2, "bsgrpn", MATMUL),  # outputs from the states C·h
+            (kernels.SSD_PASS[0] / q, "bsgrpn", OTHER),  # state passing, once per chunk
+            (kernels.SSD_DT[0], "bsgr", OTHER),
+            (kernels.SSD_MASK[0] * q, "bsgr", OTHER),
+            (kernels.SSD_OUT[0], "bsgrp", OTHER),
+        ]
+        bytes_ = [(3 * item, "bsgrp"), (dt.itemsize + 6 * 4, "bsgr"), (4 * b.itemsize, "bsgn"),
+                  (2 * b.itemsize * q, "bsg"), (16 / q, "bsgrpn")]
+        y, _cumsum = self.op(
+            "fused",
+            "bsgrp,bsgr,gr,bsgn,bsgn,gr,gr->bsgrp,bsgr",
+            [x, dt, a_log, b, c, d, dt_bias],
+            name=name,
+            fn="ssd_scan",
+            flop_terms=terms,
+            byte_terms=bytes_,
+            whole=["s"],
+            out_dtypes=[x.dtype, "fp32"],
+            attrs={"chunk": q},
+        )
+        return y
+
     # ------------------------------------------------------------------ views
     def split(self, x: Tensor, spec: str, out_shapes: Sequence[Sequence], *, name: str = "split") -> tuple[Tensor, ...]:
         """A view that splits one tensor into several (no kernel, no cost)."""

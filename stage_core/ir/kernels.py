@@ -107,3 +107,27 @@ ELEMENTWISE["relu2"] = (2, 2)
 # fwd silu 4 + multiply 1 + rmsnorm 4 = 9; bwd rmsnorm 8, then du -> dx = du·silu(z)
 # (silu recomputed 4 + 1) and dz = du·x·silu'(z) (5 + 1): 8 + 5 + 6 = 19
 NORM["gated_rmsnorm"] = (9, 19)
+
+# --------------------------------------------------------------------------- state-space models
+# (appended for Mamba-2: GraphBuilder.ssd_scan and .causal_conv1d; derivation in
+# plugins/stage-model-ssm/README.md)
+
+# Depthwise causal conv1d with bias and SiLU fused (causal_conv1d_fn), per output element:
+# a multiply-add per tap (2 per tap); bias add and SiLU 1 + 4.  Backward recomputes the
+# conv (2 per tap) and computes dx and dw (a multiply-add per tap each: 4 per tap);
+# bias + SiLU recomputed (5), SiLU' times dy (5), dbias summed (1).
+CONV_PER_TAP = (2, 6)
+CONV_BIAS_SILU = (5, 11)
+
+# The SSD chunked scan (Mamba-2 paper, Dao & Gu 2024, section 6), elementwise work per
+# (token, head) beside its batched matmuls:
+#   softplus(dt + dt_bias) 4 (add, exp, add 1, log), dA = dt·A 1, chunk cumsum 1
+SSD_DT = (6, 12)
+#   the decay mask of the diagonal blocks, per (token, head, key in its chunk):
+#   segment-sum difference 1, exp 1, times C·Bᵀ 1, times dt 1
+SSD_MASK = (4, 8)
+#   per output element: scale the state contribution by exp(dA_cumsum) 1, add it to the
+#   diagonal part 1, the skip D·x 2
+SSD_OUT = (4, 8)
+#   state passing, per state element and chunk: state = exp(dA_chunk)·state + new (2)
+SSD_PASS = (2, 4)

@@ -211,7 +211,8 @@ def _cost(op: Op, letters: dict[str, int]) -> tuple[int, int, int]:
             mm += value
         else:
             other += value
-    nbytes = sum(int(per) * _whole(prod(letters[c] for c in lets), op.name) for per, lets in op.byte_terms)
+    # a byte coefficient may be a fraction (a scan's chunk states: 16 bytes per element per chunk of Q tokens)
+    nbytes = sum(_times(per, _whole(prod(letters[c] for c in lets), op.name)) for per, lets in op.byte_terms)
     return mm, other, nbytes
 
 

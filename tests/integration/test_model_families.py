@@ -1,5 +1,6 @@
 """Model families II in the real simulator: local/global attention and soft-capping (Gemma 2),
-q/k norms over all heads (OLMo 2), sliding windows in every layer (Phi-3).
+q/k norms over all heads (OLMo 2), sliding windows in every layer (Phi-3), Mamba-2 and
+hybrid Mamba-2/attention/MLP/MoE stacks (Nemotron-H).
 
 Every set must finish on every rank; the manifest's FLOPs are checked against the plugin's
 own numbers where a plan splits them evenly.
@@ -20,9 +21,12 @@ def test_models_lists_the_new_families_and_plugins_their_distribution(run_stage)
         families.setdefault(row["family"], set()).add(row["plugin"])
     for family in ("gemma2", "gemma3", "phi3", "olmo2"):
         assert families[family] == {"decoders"}
+    for family in ("mamba2", "nemotron_h"):
+        assert families[family] == {"ssm"}
     plugins = {p["name"]: p for p in json.loads(run_stage("plugins", "--json").stdout)}
     assert plugins["decoders"]["source"] == "entrypoint" and not plugins["decoders"]["error"]
     assert "gemma2-9b" in plugins["decoders"]["provides"]["models"]
+    assert plugins["ssm"]["source"] == "entrypoint" and "nemotron-h-8b" in plugins["ssm"]["provides"]["models"]
 
 PLANS = [
     # Gemma 2 2B as published (26 layers, local/global alternating, soft-caps), tp2 pp2
@@ -32,6 +36,14 @@ PLANS = [
     ("gemma3-1b", Plan(pp=2, dp=2, micro_batches=2, seq_len=2048), {}),
     ("olmo2-7b", Plan(tp=4, pp=2, micro_batches=2, seq_len=1024), {"layers": 4}),
     ("phi3-mini", Plan(tp=2, sp=True, micro_batches=2, seq_len=4096), {"layers": 2}),
+    # Nemotron-H 8B as published (52 layers: Mamba-2, attention, MLP), tp2 pp2, and with sp
+    ("nemotron-h-8b", Plan(tp=2, pp=2, micro_batches=4, seq_len=1024), {}),
+    ("nemotron-h-8b", Plan(tp=4, sp=True, pp=4, dp=2, micro_batches=4, seq_len=1024), {}),
+    ("mamba2-2.7b", Plan(pp=4, dp=2, micro_batches=4, seq_len=2048, schedule="interleaved", virtual_stages=2), {}),
+    # a hybrid with MoE layers: tp with sp, and at a sequence length whose routed tokens
+    # (b·s·k/E = 250 per expert) no data-parallel degree divides
+    ("hybrid-tiny", Plan(tp=2, sp=True, dp=2, micro_batches=2, seq_len=252), {}),
+    ("hybrid-tiny", Plan(dp=4, pp=2, micro_batches=2, seq_len=250), {}),
 ]
 
 
@@ -57,3 +69,9 @@ def test_gemma2_tp_pp_flops_add_up_to_the_model(host):
     manifest = plan_job(host, "gemma2-2b", {}, plan).manifest
     summed = sum(rc["flops"]["matmul"] * len(rc["ranks"]) for rc in manifest["rank_classes"])
     assert summed == 4 * training_flops(build(PRESETS["gemma2-2b"]), b=1, s=8192)
+
+
+def test_tensor_parallel_must_divide_the_ssm_groups(run_stage):
+    done = run_stage("report", "--model", "mamba2-2.7b", "--tp", "2")
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert "mg = 1" in done.stderr and "valid --tp: 1" in done.stderr

@@ -16,8 +16,10 @@ from .stages import balanced_split, layer_weights
 
 #: dims tensor parallel shards, first match per parameter: query groups (Megatron
 #: shards attention by KV group so each rank keeps whole groups), heads where a
-#: layer has no groups (MLA), the FFN widths, the vocabulary
-TP_DIMS = ("g", "a", "f", "fs", "fe", "V")
+#: layer has no groups (MLA), a Mamba layer's SSM groups (each rank keeps whole
+#: groups of B and C with their heads, as Megatron's MambaMixer does), the FFN
+#: widths, the vocabulary
+TP_DIMS = ("g", "a", "mg", "f", "fs", "fe", "V")
 
 
 def _need_divides(what: str, flag: str, degree: int, dims: dict, names) -> list[str]:

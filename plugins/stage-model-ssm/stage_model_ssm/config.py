@@ -1,0 +1,165 @@
+"""HybridConfig: Mamba-2 models and hybrid stacks of Mamba-2, attention, MLP and MoE layers.
+
+A stack is a layer pattern string, one character per layer (Nemotron-H's
+``hybrid_override_pattern``): ``M`` a Mamba-2 layer, ``*`` an attention layer, ``-`` an
+MLP layer, ``E`` a mixture-of-experts layer.  A pure Mamba-2 model is all ``M``.  Every
+layer is pre-RMSNorm with a residual add.  Jamba-style stacks, where a layer holds a
+mixer and an FFN, are the same pattern with two characters per layer (``M-``, ``ME``,
+``*E``...).  ``family`` names the Hugging Face ``model_type`` the config mirrors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stage_core.errors import UsageError
+from stage_core.ir.blocks import ATTENTION_KINDS
+from stage_core.models import (DTYPES, ModelConfig, check_at_most, check_bool, check_choice, check_divides,
+                               check_int, check_str, padded)
+
+FAMILIES = ("mamba2", "nemotron_h")
+LAYER_KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+MLP_ACTS = ("relu2", "swiglu")
+ROUTER_SCORES = ("softmax", "sigmoid")
+
+
+@dataclass(frozen=True)
+class HybridConfig(ModelConfig):
+    """A Mamba-2 or hybrid model.
+
+    Mamba-2 mixer: ``ssm_heads`` heads of ``ssm_head_dim`` (d_inner = heads · head dim),
+    in ``ssm_groups`` groups sharing B and C (the heads divide into groups), state size
+    ``ssm_state``, a depthwise causal conv of ``conv_kernel`` taps, the SSD scan in chunks
+    of ``chunk_size`` tokens.  Attention (``*``): ``heads``, ``kv_heads``, ``head_dim``
+    (None: hidden/heads), RoPE when ``rope`` (Nemotron-H has none).  MLP (``-``):
+    ``ffn_hidden`` with ``mlp_act`` relu2 (up, squared ReLU, down: Nemotron-H) or swiglu.
+    MoE (``E``): ``experts`` of width ``expert_ffn_hidden`` (same activation), top
+    ``experts_per_token`` by ``router_score``, a shared expert of ``shared_expert_ffn_hidden``
+    when > 0.  The vocabulary is padded to a multiple of ``vocab_pad_to``.
+    """
+
+    name: str = "hybrid-tiny"
+    family: str = "nemotron_h"
+    pattern: str = "M*-E"
+    hidden: int = 128
+    vocab_size: int = 512
+    vocab_pad_to: int = 1
+    # Mamba-2
+    ssm_heads: int = 8
+    ssm_head_dim: int = 32
+    ssm_groups: int = 2
+    ssm_state: int = 16
+    conv_kernel: int = 4
+    chunk_size: int = 64
+    # attention
+    heads: int = 4
+    kv_heads: int | None = 2
+    head_dim: int | None = None
+    rope: bool = False
+    # MLP and MoE
+    ffn_hidden: int = 256
+    mlp_act: str = "relu2"
+    experts: int = 4
+    experts_per_token: int = 2
+    expert_ffn_hidden: int = 128
+    shared_expert_ffn_hidden: int = 0
+    router_score: str = "softmax"
+    # training
+    max_positions: int | None = None
+    seq_len: int = 256
+    tie_embeddings: bool = False
+    attention: str = "flash"
+    causal_flops: bool = False
+    dtype: str = "bf16"
+
+    def __post_init__(self):
+        check_str(self, "name", "pattern")
+        check_choice(self, "family", FAMILIES)
+        bad = sorted(set(self.pattern) - set(LAYER_KINDS))
+        if not self.pattern or bad:
+            raise UsageError(f"HybridConfig pattern={self.pattern!r}: one character per layer, each of "
+                             f"{', '.join(repr(k) + ' ' + v for k, v in LAYER_KINDS.items())}")
+        check_int(self, "hidden", "vocab_size", "vocab_pad_to", "ssm_heads", "ssm_head_dim", "ssm_groups",
+                  "ssm_state", "conv_kernel", "chunk_size", "heads", "ffn_hidden", "experts", "experts_per_token",
+                  "expert_ffn_hidden", "seq_len")
+        check_int(self, "kv_heads", "head_dim", "max_positions", optional=True)
+        check_int(self, "shared_expert_ffn_hidden", minimum=0)
+        check_bool(self, "rope", "tie_embeddings", "causal_flops")
+        check_choice(self, "mlp_act", MLP_ACTS)
+        check_choice(self, "router_score", ROUTER_SCORES)
+        check_choice(self, "attention", ATTENTION_KINDS)
+        check_choice(self, "dtype", DTYPES)
+        check_divides(self, "ssm_groups", "ssm_heads", f"each group of B and C serves whole heads; valid "
+                                                       f"ssm_groups divide {self.ssm_heads}")
+        if "*" in self.pattern:
+            if self.head_dim is None:
+                check_divides(self, "heads", "hidden", f"without head_dim the head dim is hidden/heads; use a "
+                                                       f"head count that divides {self.hidden} or set head_dim")
+            check_divides(self, "kv_heads", "heads", f"valid kv_heads divide {self.heads}")
+        if "E" in self.pattern:
+            check_at_most(self, "experts_per_token", "experts", f"valid values are 1..{self.experts}")
+        if self.max_positions is not None:
+            check_at_most(self, "seq_len", "max_positions", f"the model's context is {self.max_positions} tokens")
+
+    # ------------------------------------------------------------------ derived values
+    @property
+    def layers(self) -> int:
+        return len(self.pattern)
+
+    def layer_indices(self, kind: str) -> tuple[int, ...]:
+        """The layers of ``kind`` (``mamba``, ``attention``, ``mlp``, ``moe``)."""
+        return tuple(i for i, ch in enumerate(self.pattern) if LAYER_KINDS[ch] == kind)
+
+    @property
+    def groups(self) -> int:
+        return self.kv_heads if self.kv_heads is not None else self.heads
+
+    @property
+    def head_size(self) -> int:
+        return self.head_dim if self.head_dim is not None else self.hidden // self.heads
+
+    @property
+    def padded_vocab(self) -> int:
+        return padded(self.vocab_size, self.vocab_pad_to)
+
+    @property
+    def ssm_inner(self) -> int:
+        """d_inner = heads · head dim."""
+        return self.ssm_heads * self.ssm_head_dim
+
+    @property
+    def ssm_state_elements(self) -> int:
+        """A Mamba layer's recurrent state per sequence: heads · head dim · state size."""
+        return self.ssm_heads * self.ssm_head_dim * self.ssm_state
+
+    @property
+    def conv_state_elements(self) -> int:
+        """A Mamba layer's conv state per sequence: the last taps − 1 inputs of every channel."""
+        return (self.conv_kernel - 1) * (self.ssm_inner + 2 * self.ssm_groups * self.ssm_state)
+
+    def dims(self) -> dict[str, int]:
+        """Numeric values of the model's dims (every dim but the plan's ``b`` and ``s``).
+
+        h, V; Mamba (with ``M`` layers): mg groups, mh heads, mp head dim, mn state size,
+        mk conv taps; attention: a, g, d; MLP: f; MoE: E, k, fe (and fs with a shared expert).
+        """
+        kinds = {LAYER_KINDS[ch] for ch in self.pattern}
+        out = {"h": self.hidden, "V": self.padded_vocab}
+        if "mamba" in kinds:
+            out.update(mg=self.ssm_groups, mh=self.ssm_heads, mp=self.ssm_head_dim, mn=self.ssm_state,
+                       mk=self.conv_kernel)
+        if "attention" in kinds:
+            out.update(a=self.heads, g=self.groups, d=self.head_size)
+        if "mlp" in kinds:
+            out["f"] = self.ffn_hidden
+        if "moe" in kinds:
+            out.update(E=self.experts, k=self.experts_per_token, fe=self.expert_ffn_hidden)
+            if self.shared_expert_ffn_hidden:
+                out["fs"] = self.shared_expert_ffn_hidden
+        return out
+
+    def to_hf(self) -> dict:
+        """This config as a Hugging Face ``config.json`` dict (``model_type`` = ``family``)."""
+        from .hf import to_hf
+
+        return to_hf(self)

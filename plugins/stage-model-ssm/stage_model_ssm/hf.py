@@ -1,0 +1,178 @@
+"""Hugging Face ``config.json`` (model_type mamba2, nemotron_h) to and from :class:`HybridConfig`.
+
+mamba2 (transformers' Mamba2Config): ``hidden_size``, ``num_hidden_layers``, ``vocab_size``,
+``num_heads``, ``head_dim``, ``state_size``, ``n_groups``, ``conv_kernel``, ``chunk_size``,
+``expand`` (num_heads · head_dim must equal expand · hidden_size), ``tie_word_embeddings``
+(default true), ``rms_norm`` (true only), ``use_bias`` (false only), ``use_conv_bias`` (true
+only), ``hidden_act`` (silu).  Every layer is a Mamba-2 layer.
+
+nemotron_h: ``hybrid_override_pattern`` (or ``layers_block_type``, a list of mamba,
+attention, mlp, moe) with ``num_hidden_layers`` its length, ``hidden_size``,
+``vocab_size``, ``mamba_num_heads``, ``mamba_head_dim``, ``n_groups``, ``ssm_state_size``,
+``conv_kernel``, ``chunk_size``, ``num_attention_heads``, ``num_key_value_heads``,
+``attention_head_dim`` (or ``head_dim``), ``intermediate_size``, ``mlp_hidden_act`` (relu2),
+``max_position_embeddings``, ``tie_word_embeddings`` (default false); the biases
+(``use_bias``, ``mamba_proj_bias``, ``attention_bias``, ``mlp_bias``) false only,
+``use_conv_bias`` true only; MoE layers: ``n_routed_experts``, ``num_experts_per_tok``,
+``moe_intermediate_size``, ``moe_shared_expert_intermediate_size`` (sigmoid router).
+Attention has no rotary embedding (Nemotron-H's attention layers take no positions).
+
+Every error is one line naming the key.  STAGE's own settings travel in the optional
+``"stage"`` object.  Without one the training sequence length is
+``min(max_position_embeddings, 8192)`` (mamba2, which has no positions limit: 2048).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+from stage_core.models import HFKeys
+
+from .config import LAYER_KINDS, HybridConfig
+
+MODEL_TYPES = ("mamba2", "nemotron_h")
+ARCHITECTURES = {"mamba2": "Mamba2ForCausalLM", "nemotron_h": "NemotronHForCausalLM"}
+DEFAULT_SEQ_CAP = 8192
+MAMBA2_SEQ_LEN = 2048
+BLOCK_TYPES = {kind: ch for ch, kind in LAYER_KINDS.items()}
+
+
+def config_from_hf(source: Mapping[str, Any] | str | os.PathLike) -> HybridConfig | None:
+    """A :class:`HybridConfig` from a mamba2 or nemotron_h config.json (dict or path); else ``None``."""
+    r = HFKeys.load(source)
+    if r.model_type not in MODEL_TYPES:
+        return None
+    if r.model_type == "mamba2":
+        fields = _mamba2(r)
+    else:
+        fields = _nemotron_h(r)
+    return r.make(HybridConfig, {"name": r.model_name, "family": r.model_type, **fields})
+
+
+def _flag(r: HFKeys, key: str, default: bool, required: bool, what: str) -> None:
+    if r.bool(key, default) != required:
+        r.fail(key, f"{what}; valid: {str(required).lower()}")
+
+
+def _groups(r: HFKeys, heads: int, key: str) -> int:
+    groups = r.int(key, default=1)
+    if heads % groups:
+        r.fail(key, f"each group of B and C serves whole heads: it must divide the {heads} heads")
+    return groups
+
+
+def _mamba2(r: HFKeys) -> dict[str, Any]:
+    hidden = r.int("hidden_size")
+    heads, head_dim = r.int("num_heads"), r.int("head_dim")
+    expand = r.int("expand", default=2)
+    if heads * head_dim != expand * hidden:
+        r.fail("num_heads", f"num_heads · head_dim = {heads * head_dim} must equal expand · hidden_size = "
+                            f"{expand * hidden}")
+    if r.get("hidden_act", "silu") not in ("silu", "swish"):
+        r.fail("hidden_act", "the conv's activation is SiLU; valid: silu")
+    _flag(r, "rms_norm", True, True, "the gated norm is an RMSNorm")
+    _flag(r, "use_bias", False, False, "projection biases are not modelled")
+    _flag(r, "use_conv_bias", True, True, "the conv has a bias")
+    return dict(
+        pattern="M" * r.int("num_hidden_layers"),
+        hidden=hidden,
+        vocab_size=r.int("vocab_size"),
+        ssm_heads=heads,
+        ssm_head_dim=head_dim,
+        ssm_groups=_groups(r, heads, "n_groups"),
+        ssm_state=r.int("state_size"),
+        conv_kernel=r.int("conv_kernel", default=4),
+        chunk_size=r.int("chunk_size", default=256),
+        tie_embeddings=r.bool("tie_word_embeddings", True),
+        seq_len=MAMBA2_SEQ_LEN,
+    )
+
+
+def _pattern(r: HFKeys, layers: int) -> str:
+    if r.get("hybrid_override_pattern") is not None:
+        pattern = r.get("hybrid_override_pattern")
+        if not isinstance(pattern, str) or set(pattern) - set(LAYER_KINDS):
+            r.fail("hybrid_override_pattern", f"expected a string of {', '.join(map(repr, LAYER_KINDS))}")
+        key = "hybrid_override_pattern"
+    else:
+        types = r.get("layers_block_type")
+        if not isinstance(types, list) or any(t not in BLOCK_TYPES for t in types):
+            r.fail("layers_block_type", f"expected a list of {', '.join(BLOCK_TYPES)} (or a hybrid_override_pattern)")
+        pattern, key = "".join(BLOCK_TYPES[t] for t in types), "layers_block_type"
+    if len(pattern) != layers:
+        r.fail(key, f"has {len(pattern)} layers, num_hidden_layers says {layers}")
+    return pattern
+
+
+def _nemotron_h(r: HFKeys) -> dict[str, Any]:
+    pattern = _pattern(r, r.int("num_hidden_layers"))
+    for key in ("use_bias", "mamba_proj_bias", "attention_bias", "mlp_bias"):
+        _flag(r, key, False, False, "biases are not modelled")
+    _flag(r, "use_conv_bias", True, True, "the conv has a bias")
+    act = r.get("mlp_hidden_act", "relu2")
+    if act != "relu2":
+        r.fail("mlp_hidden_act", "Nemotron-H's MLPs are squared ReLU; valid: relu2")
+    positions = r.int("max_position_embeddings")
+    fields: dict[str, Any] = dict(
+        pattern=pattern,
+        hidden=r.int("hidden_size"),
+        vocab_size=r.int("vocab_size"),
+        max_positions=positions,
+        seq_len=min(positions, DEFAULT_SEQ_CAP),
+        tie_embeddings=r.bool("tie_word_embeddings", False),
+        mlp_act="relu2",
+        rope=False,
+    )
+    if "M" in pattern:
+        heads = r.int("mamba_num_heads")
+        fields.update(ssm_heads=heads, ssm_head_dim=r.int("mamba_head_dim"), ssm_groups=_groups(r, heads, "n_groups"),
+                      ssm_state=r.int("ssm_state_size"),
+                      conv_kernel=r.int("conv_kernel"), chunk_size=r.int("chunk_size"))
+    if "*" in pattern:
+        heads = r.int("num_attention_heads")
+        kv = r.int("num_key_value_heads", default=None) or heads
+        if heads % kv:
+            r.fail("num_key_value_heads", f"does not divide num_attention_heads={heads} (valid values divide "
+                                          f"{heads})")
+        head_dim = r.int("attention_head_dim", default=None, or_keys=("head_dim",))
+        if head_dim is None and fields["hidden"] % heads:
+            r.fail("num_attention_heads", f"does not divide hidden_size={fields['hidden']} and there is no "
+                                          f"attention_head_dim")
+        fields.update(heads=heads, kv_heads=kv, head_dim=head_dim)
+    if "-" in pattern:
+        fields["ffn_hidden"] = r.int("intermediate_size")
+    if r.get("moe_latent_size") is not None:
+        r.fail("moe_latent_size", "MoE layers whose experts run in a latent width are not modelled; valid: null")
+    if "E" in pattern:
+        experts, k = r.int("n_routed_experts"), r.int("num_experts_per_tok")
+        if k > experts:
+            r.fail("num_experts_per_tok", f"exceeds n_routed_experts={experts} (valid values are 1..{experts})")
+        fields.update(experts=experts, experts_per_token=k, expert_ffn_hidden=r.int("moe_intermediate_size"),
+                      shared_expert_ffn_hidden=r.int("moe_shared_expert_intermediate_size", default=0, minimum=0),
+                      router_score="sigmoid")
+    return fields
+
+
+def to_hf(config: HybridConfig) -> dict[str, Any]:
+    """``config`` as a config.json dict of its family; ``config_from_hf(to_hf(c)) == c`` for the presets."""
+    c = config
+    out: dict[str, Any] = {"model_type": c.family, "architectures": [ARCHITECTURES[c.family]],
+                           "hidden_size": c.hidden, "num_hidden_layers": c.layers, "vocab_size": c.vocab_size,
+                           "tie_word_embeddings": c.tie_embeddings}
+    if c.family == "mamba2":
+        out.update(num_heads=c.ssm_heads, head_dim=c.ssm_head_dim, expand=c.ssm_inner // c.hidden,
+                   state_size=c.ssm_state, n_groups=c.ssm_groups, conv_kernel=c.conv_kernel, chunk_size=c.chunk_size,
+                   rms_norm=True, use_bias=False, use_conv_bias=True, hidden_act="silu")
+    else:
+        out.update(hybrid_override_pattern=c.pattern, max_position_embeddings=c.max_positions,
+                   mamba_num_heads=c.ssm_heads, mamba_head_dim=c.ssm_head_dim, n_groups=c.ssm_groups,
+                   ssm_state_size=c.ssm_state, conv_kernel=c.conv_kernel, chunk_size=c.chunk_size,
+                   num_attention_heads=c.heads, num_key_value_heads=c.groups, attention_head_dim=c.head_dim,
+                   intermediate_size=c.ffn_hidden, mlp_hidden_act="relu2", use_bias=False, use_conv_bias=True)
+        if "E" in c.pattern:
+            out.update(n_routed_experts=c.experts, num_experts_per_tok=c.experts_per_token,
+                       moe_intermediate_size=c.expert_ffn_hidden,
+                       moe_shared_expert_intermediate_size=c.shared_expert_ffn_hidden)
+    out["stage"] = c.stage_block()
+    return out

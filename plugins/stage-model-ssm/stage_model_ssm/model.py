@@ -1,0 +1,120 @@
+"""The forward graph of a :class:`HybridConfig`: one device, forward only, over the plan's ``b`` and ``s``.
+
+* ``embed``: a lookup of ``embed.wte`` [V, h] (no positions); the first residual-stream tensor.
+* each layer ``layers.<i>.`` (one pattern character), pre-RMSNorm ``<kind>.norm`` and a
+  residual add ``<kind>.residual``:
+
+  - ``M`` Mamba-2 (``mamba.``), as Megatron-Core's MambaMixer: ``in_proj`` (``bsh,hge->bsge``,
+    weight [h, mg, e] with e = 2·r·mp + 2·mn + r per group, r = mh/mg heads per group) ->
+    ``in_split`` into z [b,s,mg,r,mp], xBC [b,s,mg,c] (c = r·mp + 2·mn) and dt
+    [b,s,mg,r] -> ``conv1d`` (depthwise causal, SiLU fused; weight [mg, c, mk], bias
+    [mg, c]) -> ``conv_split`` into x [b,s,mg,r,mp], B and C [b,s,mg,mn] -> ``ssd``
+    (the chunked SSD scan, :meth:`GraphBuilder.ssd_scan`; A_log, D and dt_bias [mg, r],
+    A_log and D fp32) -> ``norm_gated`` (RMSNorm of y·silu(z) over each group's r·mp
+    values, weight [mg, r, mp]) -> ``out_proj`` (``bsgrp,grph->bsh``, [mg, r, mp, h]).
+    Every weight but out_proj's output side carries the group dim ``mg``, so tensor
+    parallel shards heads and groups together (each rank whole groups with their heads,
+    Megatron's ngroups % tp == 0) and out_proj is row parallel: one reduction per layer.
+  - ``*`` attention (``attn.``): the core's GQA block, RoPE when ``rope``.
+  - ``-`` MLP (``mlp.``): ``up`` [h, f] -> ``relu2`` -> ``down`` [f, h], or SwiGLU.
+  - ``E`` MoE (``moe.``): ``router_logits`` [h, E] -> ``router`` -> ``dispatch`` -> experts
+    ([E, h, fe] up (and gate), [E, fe, h] down, tagged ``expert``) -> ``combine``; a
+    shared expert (``moe.shared.*``) added when ``shared_expert_ffn_hidden`` > 0.
+* ``final_norm`` -> ``head`` (``embed.wte`` when tied) -> ``loss``.
+"""
+
+from __future__ import annotations
+
+from stage_core import sym
+from stage_core.ir import blocks
+from stage_core.ir.blocks import RESIDUAL
+from stage_core.ir.builder import GraphBuilder
+from stage_core.ir.graph import Graph
+from stage_core.ir.tensor import Tensor
+
+from .config import LAYER_KINDS, HybridConfig
+
+EXPERT = ("expert",)
+#: the block name of a Mamba layer's mixer ops
+MIXER = "mamba"
+
+
+def build(config: HybridConfig) -> Graph:
+    """The single-device forward graph of ``config`` (dims in ``graph.dims``; b, s unbound)."""
+    c = config
+    g = blocks.model_builder(
+        c,
+        pattern=c.pattern,
+        max_positions=c.max_positions,
+        attention=c.attention,
+        mamba_layers=list(c.layer_indices("mamba")),
+        attention_layers=list(c.layer_indices("attention")),
+        ssm_state_elements_per_layer=c.ssm_state_elements,
+        conv_state_elements_per_layer=c.conv_state_elements,
+        chunk_size=c.chunk_size,
+        **({"experts": c.experts, "experts_per_token": c.experts_per_token} if "E" in c.pattern else {}),
+    )
+    x, labels, wte = blocks.embed(g, tags=RESIDUAL)
+    layer = {"mamba": _mamba, "attention": _attention, "mlp": _mlp, "moe": _moe}
+    for i, ch in enumerate(c.pattern):
+        kind = LAYER_KINDS[ch]
+        prefix = {"mamba": "mamba", "attention": "attn", "mlp": "mlp", "moe": "moe"}[kind]
+        with g.layer(i):
+            y = blocks.norm(g, x, f"{prefix}.norm")
+            out = layer[kind](g, c, y)
+            x = g.add(out, x, name=f"{prefix}.residual", tags=RESIDUAL)
+    return blocks.lm_head(g, x, labels, wte, tied=c.tie_embeddings)
+
+
+def _mamba(g: GraphBuilder, c: HybridConfig, y: Tensor) -> Tensor:
+    h, G, H, P, N, K = sym.dims("h mg mh mp mn mk")
+    r = H / G
+    with g.scope("mamba"), g.block(MIXER):
+        zxbcdt = g.einsum("bsh,hge->bsge", y, g.param("in_proj.weight", (h, G, 2 * r * P + 2 * N + r)),
+                          name="in_proj")
+        z, xbc, dt = g.split(zxbcdt, "bsge->bsgrp,bsgc,bsgr", (("b", "s", G, r, P), ("b", "s", G, r * P + 2 * N),
+                                                                ("b", "s", G, r)), name="in_split")
+        xbc = g.causal_conv1d(xbc, g.param("conv1d.weight", (G, r * P + 2 * N, K)),
+                              g.param("conv1d.bias", (G, r * P + 2 * N)), name="conv1d")
+        x, b, cc = g.split(xbc, "bsgc->bsgrp,bsgn,bsgn", (("b", "s", G, r, P), ("b", "s", G, N), ("b", "s", G, N)),
+                           name="conv_split")
+        yy = g.ssd_scan(x, dt, g.param("A_log", (G, r), dtype="fp32"), b, cc, g.param("D", (G, r), dtype="fp32"),
+                        g.param("dt_bias", (G, r)), chunk=c.chunk_size, name="ssd")
+        yy = g.norm("gated_rmsnorm", yy, g.param("norm_gated.weight", (G, r, P)), gate=z, over=2, name="norm_gated")
+        return g.einsum("bsgrp,grph->bsh", yy, g.param("out_proj.weight", (G, r, P, h)), name="out_proj")
+
+
+def _attention(g: GraphBuilder, c: HybridConfig, y: Tensor) -> Tensor:
+    return blocks.gqa_attention(g, y, kind=c.attention, causal_flops=c.causal_flops, rope=c.rope)
+
+
+def _mlp(g: GraphBuilder, c: HybridConfig, y: Tensor, width=None, prefix: str = "mlp") -> Tensor:
+    if c.mlp_act == "swiglu":
+        return blocks.swiglu_mlp(g, y, width, prefix=prefix)
+    h = sym.dim("h")
+    width = sym.dim("f") if width is None else width
+    with g.scope(prefix):
+        u = g.einsum("bsh,hf->bsf", y, g.param("up.weight", (h, width)), name="up")
+        u = g.elementwise("relu2", u, name="relu2")
+        return g.einsum("bsf,fh->bsh", u, g.param("down.weight", (width, h)), name="down")
+
+
+def _moe(g: GraphBuilder, c: HybridConfig, y: Tensor) -> Tensor:
+    h, E, k, fe = sym.dims("h E k fe")
+    with g.scope("moe"):
+        logits = g.einsum("bsh,he->bse", y, g.param("router.weight", (h, E)), name="router_logits")
+        weights = g.router(logits, k=k, score=c.router_score, name="router")
+        xe = g.dispatch(y, weights, k=k, name="dispatch")
+        up = g.einsum("ech,ehf->ecf", xe, g.param("experts.up.weight", (E, h, fe), tags=EXPERT), name="experts.up")
+        if c.mlp_act == "swiglu":
+            gate = g.einsum("ech,ehf->ecf", xe, g.param("experts.gate.weight", (E, h, fe), tags=EXPERT),
+                            name="experts.gate")
+            act = g.swiglu(gate, up, name="experts.swiglu")
+        else:
+            act = g.elementwise("relu2", up, name="experts.relu2")
+        ye = g.einsum("ecf,efh->ech", act, g.param("experts.down.weight", (E, fe, h), tags=EXPERT),
+                      name="experts.down")
+        out = g.combine(ye, weights, k=k, name="combine")
+    if c.shared_expert_ffn_hidden:
+        out = g.add(out, _mlp(g, c, y, sym.dim("fs"), prefix="moe.shared"), name="moe.add_shared")
+    return out

@@ -1,0 +1,31 @@
+"""STAGE plugin: registers the mamba2 and nemotron_h families and imports their config.json files."""
+
+from __future__ import annotations
+
+from stage_core import hookimpl
+from stage_core.records import ModelSpec
+
+from .config import FAMILIES, HybridConfig
+from .hf import config_from_hf
+from .model import build
+from .presets import family_presets
+
+DESCRIPTIONS = {
+    "mamba2": "Mamba-2: state-space layers (the SSD chunked scan as one kernel), a depthwise conv, gated RMSNorm",
+    "nemotron_h": "Hybrid stacks of Mamba-2, attention, MLP and MoE layers from a layer pattern (Nemotron-H)",
+}
+
+
+@hookimpl
+def stage_models() -> list[ModelSpec]:
+    return [
+        ModelSpec(name=family, family=family, build=build, presets=family_presets(family),
+                  from_dict=HybridConfig.from_dict, hf_model_types=(family,), description=DESCRIPTIONS[family])
+        for family in FAMILIES
+    ]
+
+
+@hookimpl
+def stage_config_from_hf(hf_config):
+    """A HybridConfig for a mamba2 or nemotron_h config.json (a parsed dict, or a path to it or its folder)."""
+    return config_from_hf(hf_config)
