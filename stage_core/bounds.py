@@ -30,6 +30,8 @@ naming the node and the value.
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -63,9 +65,11 @@ MAX_WALK_STEPS = 1 << 16
 def check_model_size(spec, config) -> None:
     """Refuse, before building it, a model whose graph would pass ``builder.MAX_MODEL_OPS`` ops.
 
-    Families without an integer ``layers`` field are left to the builder's own limit.
+    Families without an integer ``layers`` field (a hybrid's layers come from its pattern)
+    are left to the builder's own limit.
     """
-    layers = getattr(config, "layers", None)
+    fields = {f.name for f in dataclasses.fields(config)} if dataclasses.is_dataclass(config) else set()
+    layers = getattr(config, "layers", None) if "layers" in fields else None
     if not isinstance(layers, int) or isinstance(layers, bool) or layers <= 8:
         return
     counts = _ops_per_layer(spec, config)

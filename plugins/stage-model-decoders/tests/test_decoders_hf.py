@@ -8,7 +8,7 @@ import pytest
 from stage_core.errors import UsageError
 from stage_core.models import param_counts
 
-from public_configs import GEMMA2_2B, GEMMA2_9B, GEMMA2_27B, GEMMA3_1B, GEMMA3_27B, OLMO2_7B, PHI3_MINI, PHI4
+from public_decoder_configs import GEMMA2_2B, GEMMA2_9B, GEMMA2_27B, GEMMA3_1B, GEMMA3_27B, OLMO2_7B, PHI3_MINI, PHI4
 from stage_model_decoders import PRESETS, DecoderConfig, build, config_from_hf, to_hf
 
 PUBLIC = [  # (config.json, preset, what the import's defaults differ in)
