@@ -109,8 +109,8 @@ def _overrides(pairs: Sequence[str]) -> dict[str, str]:
     return out
 
 
-#: parsed keys that are not plan settings
-_NOT_PLAN = ("command", "run", "json", "plan", "gpu")
+#: parsed keys that are not plan settings (a plan may name its hardware: --gpu)
+_NOT_PLAN = ("command", "run", "json", "plan")
 
 
 def with_plan_preset(args, spec: PlanSpec):
@@ -123,6 +123,7 @@ def with_plan_preset(args, spec: PlanSpec):
     except UsageError as exc:
         raise PluginError(f"plan {spec.name!r} of plugin {spec.plugin!r} has a bad setting: {exc}") from None
     merged = argparse.Namespace(**vars(args))
+    merged.plan, merged.plan_name = None, spec.name  # applied
     batch_given = args.micro_batches is not None or args.global_batch is not None
     for key, value in vars(preset).items():
         if key in _NOT_PLAN or value is None:
@@ -136,12 +137,19 @@ def with_plan_preset(args, spec: PlanSpec):
     return merged
 
 
+def with_named_plan(args, host: PluginHost | None = None):
+    """``args`` with the --plan it names applied (itself when it names none)."""
+    if not getattr(args, "plan", None):
+        return args
+    return with_plan_preset(args, (host or PluginHost()).plan(args.plan))
+
+
 def plan_from_args(args, host: PluginHost | None = None) -> tuple[str, dict[str, str], Plan, bool]:
     """(model, overrides, plan, used_default) from parsed flags (and the --plan they name)."""
     degrees_given = any(getattr(args, a) is not None for a in ("dp", "tp", "pp", "cp", "ep"))
-    used_default = args.model is None and not degrees_given and not args.set and not args.plan
-    if args.plan:
-        args = with_plan_preset(args, (host or PluginHost()).plan(args.plan))
+    used_default = (args.model is None and not degrees_given and not args.set and not args.plan
+                    and not getattr(args, "plan_name", None))
+    args = with_named_plan(args, host)
     model = DEFAULT_MODEL if args.model is None else args.model
     if not model.strip():
         raise UsageError(f"--model {model!r}: empty; give a preset name (see `stage models`) or a config.json path")
@@ -230,6 +238,7 @@ def _max_nodes(args) -> int:
 
 
 def cmd_generate(host: PluginHost, args) -> int:
+    args = with_named_plan(args, host)
     model, overrides, plan, used_default = plan_from_args(args, host)
     check_output_dir(args.output)  # before any work
     out = Path(args.output)
@@ -288,13 +297,15 @@ def _plan_text(plan: Plan) -> str:
 
 
 def cmd_report(host: PluginHost, args) -> int:
+    args = with_named_plan(args, host)
     model, overrides, plan, _ = plan_from_args(args, host)
-    result = plan_job(host, model, overrides, plan, _gpu(host, args), max_nodes=_max_nodes(args), programs=False)
+    gpu = _gpu(host, args)
+    result = plan_job(host, model, overrides, plan, gpu, max_nodes=_max_nodes(args), programs=False)
     if args.json:
         print(json.dumps(result.manifest, indent=2))
         return 0
     m = result.manifest
-    named = f"  (plan {args.plan})" if args.plan else ""
+    named = f"  (plan {args.plan_name})" if getattr(args, "plan_name", None) else ""
     print(f"{result.config.name}  {_plan_text(result.plan)}  world {m['world_size']}{named}  "
           f"(per rank, per training step; FLOPs and bytes)")
     if result.plan.pp > 1:
@@ -304,13 +315,23 @@ def cmd_report(host: PluginHost, args) -> int:
         f = rc["flops"]
         print(f"  FLOPs     matmul {f['matmul']:>22,}  other {f['other']:>20,}  total {f['total']:>22,}")
         mem = rc["memory_bytes"]
-        print("  memory    " + "  ".join(f"{k} {_human(v)}" for k, v in mem.items()))
+        print("  memory    " + "  ".join(f"{k} {_human(v)}" for k, v in mem.items()) + _beside(mem, gpu))
         comm = {k: v for k, v in rc["comm_bytes"].items() if v}
         print("  traffic   " + ("  ".join(f"{k} {_human(v)}" for k, v in comm.items()) or "none"))
         if "compute_time_us" in rc:
             print(f"  compute   {rc['compute_time_us'] / 1e3:,.3f} ms on {m['hardware']['name']} "
                   f"({m['compute_model']} compute model)")
     return 0
+
+
+def _beside(memory: dict, hw) -> str:
+    """A rank's memory beside its GPU's capacity (when the hardware gives one)."""
+    capacity = hw.gpu.memory_gib if hw is not None else 0
+    if not capacity:
+        return ""
+    used = memory["total"] / 2**30
+    verdict = "fits" if used <= capacity else "does NOT fit"
+    return f"  = {used:.1f} GiB of the {hw.gpu.name}'s {capacity:g} GiB ({100 * used / capacity:.0f}%, {verdict})"
 
 
 def cmd_validate(host: PluginHost, args) -> int:

@@ -177,7 +177,8 @@ class GpuSpec:
     ``"fp16"``, ``"fp8"``, ``"fp32"`` meaning TF32), in 10^12 FLOPs per second;
     ``vector_tflops`` the FP32 peak of the ordinary cores (what elementwise math
     runs on); ``hbm_gbps`` the memory bandwidth in 10^9 bytes per second;
-    ``sm_count`` the streaming multiprocessors (GEMM tiles are spread over them).
+    ``sm_count`` the streaming multiprocessors (GEMM tiles are spread over them);
+    ``memory_gib`` the HBM capacity in GiB (0: not given), what a rank's memory is shown beside.
     ``compute_model`` names the :class:`ComputeModelSpec` that times kernels on this
     GPU and ``parameters`` holds that model's named numbers.  ``sources`` says where
     each number comes from, keyed by field or parameter name.
@@ -190,6 +191,7 @@ class GpuSpec:
     hbm_gbps: float
     sm_count: int
     compute_model: str = "roofline"
+    memory_gib: float = 0.0
     parameters: Mapping[str, float] = field(default_factory=dict)
     sources: Mapping[str, str] = field(default_factory=dict)
 

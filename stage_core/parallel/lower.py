@@ -353,6 +353,8 @@ class Lowerer:
         self._costs: dict[Op, tuple[int, int, int]] = {}
         self._kernels: dict[Op, Kernel] = {}
         self._layout_keys: dict[int, tuple[dict, tuple]] = {}
+        self._chunk_ops: dict[tuple[int, int], tuple[list[Op], list[Op]]] = {}
+        self._gathers: dict[int, dict] = {}
         self.fwd_ops = [op for op in prop.ops if op.phase == FORWARD]
         self.bwd_ops = [op for op in prop.ops if op.phase == BACKWARD]
         self.recompute_set = self._recompute_ops()
@@ -503,36 +505,42 @@ class Lowerer:
             recv = step_recv
         return (comp, recv) if backward else (comp,)
 
-    def emit_param_gathers(self, prog: _Program, gathers: list[Redistribute], versions: dict, name: str):
-        """FSDP: one all-gather of a layer's parameters per group, before the layer runs; a
-        parameter sharded over several axes (dp and cp) is gathered over them at once."""
-        by_tensor: dict[Tensor, list[Redistribute]] = {}
-        for r in gathers:
-            by_tensor.setdefault(r.tensor, []).append(r)
-        by_key: dict[str, list[list[Redistribute]]] = {}
-        for steps in by_tensor.values():
-            by_key.setdefault(canonical_key(r.axis for r in steps), []).append(steps)
-        for key, tensors in by_key.items():
-            size = sum(self.sizes.nbytes(steps[0].tensor, steps[0].before) for steps in tensors)
+    def emit_param_gathers(self, prog: _Program, gathers, versions: dict, name: str):
+        """FSDP: one all-gather of a layer's parameters per group, before the layer runs."""
+        for key, size, gathered in gathers:
             # background: prefetched one layer ahead (released by the previous layer's gather)
             release = prog.last_gather if prog.last_gather is not None else -1
             nid = prog.coll(f"{name}:all_gather.{key}:params", CollectiveType.ALL_GATHER, size, self.key(key), (),
                             release=release, group_size=self.mesh.group_size(key))
             prog.last_gather = nid
-            for steps in tensors:
-                versions[(steps[0].tensor, self.lk(steps[-1].after))] = (nid,)
+            for t, layout_key_ in gathered:
+                versions[(t, layout_key_)] = (nid,)
 
-    def layer_gathers(self, fwd_ops: list[Op]) -> dict:
-        """FSDP units: per layer (None = outside the layers), the gathers of every
-        parameter its forward uses; the same unit is gathered again for backward."""
-        out: dict = {}
-        for op in fwd_ops:
+    def layer_gathers(self, chunk: int) -> dict:
+        """FSDP units of a chunk: per layer (None = outside the layers), the all-gathers of
+        the parameters its forward uses, as (group key, bytes, [(tensor, layout key)]);
+        the same unit is gathered again for backward.  A parameter sharded over several
+        axes (dp and cp) is gathered over them at once."""
+        got = self._gathers.get(chunk)
+        if got is not None:
+            return dict(got)
+        steps: dict = {}
+        for op in self.chunk_ops(self.fwd_ops, chunk):
             for r in self.prop.plan(op).pre:
                 if r.param_gather:
-                    lst = out.setdefault(op.layer, [])
-                    if all(x.tensor is not r.tensor or x.axis != r.axis for x in lst):
+                    lst = steps.setdefault(op.layer, {}).setdefault(r.tensor, [])
+                    if all(x.axis != r.axis for x in lst):
                         lst.append(r)
-        return out
+        got = {}
+        for layer, by_tensor in steps.items():
+            by_key: dict[str, list[list[Redistribute]]] = {}
+            for rs in by_tensor.values():
+                by_key.setdefault(canonical_key(r.axis for r in rs), []).append(rs)
+            got[layer] = [(key, sum(self.sizes.nbytes(rs[0].tensor, rs[0].before) for rs in tensors),
+                           [(rs[0].tensor, self.lk(rs[-1].after)) for rs in tensors])
+                          for key, tensors in by_key.items()]
+        self._gathers[chunk] = got
+        return dict(got)
 
     # ------------------------------------------------------------------ pipeline chunks
     @cached_property
@@ -585,7 +593,13 @@ class Lowerer:
         return chunk % self.stages
 
     def chunk_ops(self, ops: list[Op], c: int) -> list[Op]:
-        return [op for op in ops if self.chunk[op] == c or (self.chunk[op] is None and self.local_parts(op, c))]
+        key = (id(ops), c)
+        got = self._chunk_ops.get(key)
+        if got is None or got[0] is not ops:
+            got = (ops, [op for op in ops
+                         if self.chunk[op] == c or (self.chunk[op] is None and self.local_parts(op, c))])
+            self._chunk_ops[key] = got
+        return got[1]
 
     def local_parts(self, op: Op, c: int) -> list[Tensor]:
         return [t for t in op.inputs if t in self.producer and self.chunk[self.producer[t]] == c]
@@ -647,7 +661,7 @@ class Lowerer:
                     versions[(t, self.lk(self.prop.produced.get(t, {})))] = (rid,)
                     versions[(t, None)] = (rid,)
             if kind == "F":
-                gathers = self.layer_gathers(self.chunk_ops(self.fwd_ops, c))
+                gathers = self.layer_gathers(c)
                 for op in self.chunk_ops(self.fwd_ops, c):
                     self.emit_op(prog, op, versions, f"{tag}.fwd", gathers, FORWARD)
                 if c not in chunk_acts:
@@ -657,7 +671,7 @@ class Lowerer:
             else:
                 last = done_backward[c] == m_total - 1
                 done_backward[c] += 1
-                gathers = self.layer_gathers(self.chunk_ops(self.fwd_ops, c))  # gathered again for backward
+                gathers = self.layer_gathers(c)  # gathered again for backward
                 recomputed: set = set()
                 for op in self.chunk_ops(self.bwd_ops, c):
                     fwd = op.forward_op

@@ -86,3 +86,46 @@ def test_a_plan_with_a_bad_setting_names_the_plan_and_its_plugin(capsys):
     assert main(["report", "--plan", "broken"], host=host) == 2
     err = capsys.readouterr().err
     assert "plan 'broken' of plugin 'badplan' has a bad setting" in err and "--dp" in err
+
+
+def test_report_shows_each_rank_class_memory_beside_the_gpu(capsys):
+    from dataclasses import replace
+
+    from stage_core.records import ComputeModelSpec, GpuSpec, HardwareSpec, LinkSpec
+
+    gpu = GpuSpec(name="tiny", description="a 1 MiB GPU", matmul_tflops={"bf16": 1.0}, vector_tflops=1.0,
+                  hbm_gbps=1.0, sm_count=1, compute_model="flat", memory_gib=2**-10)
+    hw = HardwareSpec(name="tiny", description="", gpu=gpu, gpus_per_node=8,
+                      scale_up=LinkSpec("a", 1.0, 1.0, 1.0), scale_out=LinkSpec("b", 1.0, 1.0, 1.0))
+
+    class Hardware:
+        @hookimpl
+        def stage_hardware(self):
+            return [hw]
+
+        @hookimpl
+        def stage_compute_models(self):
+            return [ComputeModelSpec(name="flat", time=lambda k, g: 1e-6)]
+
+    host = fresh_host((toy_plugin, "toy"), (jsonl_plugin, "jsonl"), (Plans(), "plans"), (Hardware(), "hw"))
+    m = report(host, capsys, "--plan", "toy-dp4", "--gpu", "tiny")
+    used = m["rank_classes"][0]["memory_bytes"]["total"] / 2**30
+    assert main(["report", "--plan", "toy-dp4", "--gpu", "tiny"], host=host) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("memory"))
+    verdict = "fits" if used <= 2**-10 else "does NOT fit"
+    assert line.endswith(f"= {used:.1f} GiB of the tiny's {2**-10:g} GiB ({100 * used / 2**-10:.0f}%, {verdict})")
+    # a plan may name its GPU; --gpu given alongside overrides it
+    big = replace(hw, name="big", gpu=replace(gpu, name="big", memory_gib=80.0))
+
+    class Named:
+        @hookimpl
+        def stage_hardware(self):
+            return [big]
+
+        @hookimpl
+        def stage_plans(self):
+            return [PlanSpec("toy-on-big", {"model": "toy", "dp": 2, "gpu": "big"})]
+
+    host = fresh_host((toy_plugin, "toy"), (Plans(), "plans"), (Hardware(), "hw"), (Named(), "named"))
+    assert report(host, capsys, "--plan", "toy-on-big")["hardware"]["name"] == "big"
+    assert report(host, capsys, "--plan", "toy-on-big", "--gpu", "tiny")["hardware"]["name"] == "tiny"

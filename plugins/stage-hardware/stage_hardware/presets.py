@@ -59,6 +59,7 @@ A100_GPU = GpuSpec(
     hbm_gbps=2039.0,
     sm_count=108,
     compute_model="calibrated",
+    memory_gib=80.0,
     parameters={
         "gemm_efficiency": 0.895,
         "gemm_k_half": 86.7,
@@ -73,6 +74,7 @@ A100_GPU = GpuSpec(
         "vector_tflops": "NVIDIA A100 datasheet: FP32 19.5 TFLOPS",
         "hbm_gbps": "NVIDIA A100 datasheet: A100 80GB SXM 2,039 GB/s",
         "sm_count": "NVIDIA A100 Tensor Core GPU Architecture whitepaper: 108 SMs",
+        "memory_gib": "NVIDIA A100 datasheet: A100 80GB (HBM2e)",
         "gemm_efficiency": "solves the model at the two MAMF points (presets.py): 267.9 TFLOPS at "
                            "6912x16384x2048 and 271.2 at 1024x10240x5120",
         "gemm_k_half": "same solve as gemm_efficiency",
@@ -91,6 +93,7 @@ H100_GPU = GpuSpec(
     hbm_gbps=3350.0,
     sm_count=132,
     compute_model="calibrated",
+    memory_gib=80.0,
     parameters={
         "gemm_efficiency": 0.831,
         "gemm_k_half": 45.4,
@@ -105,6 +108,7 @@ H100_GPU = GpuSpec(
         "vector_tflops": "NVIDIA H100 datasheet: FP32 67 TFLOPS (66.9 in the whitepaper)",
         "hbm_gbps": "NVIDIA H100 datasheet: H100 SXM 3.35 TB/s",
         "sm_count": "NVIDIA H100 Tensor Core GPU Architecture whitepaper: 132 SMs on H100 SXM5",
+        "memory_gib": "NVIDIA H100 datasheet: H100 SXM 80GB (HBM3)",
         "gemm_efficiency": "solves the model at the two MAMF points (presets.py): 792.1 TFLOPS at "
                            "6144x17920x2816 and 794.5 at 2048x2048x13312",
         "gemm_k_half": "same solve as gemm_efficiency",

@@ -1,5 +1,8 @@
 """Published training plans, as named presets of flags (``stage plans``, ``--plan NAME``).
 
+A plan names the GPU it ran on (``gpu``): its report times the compute and shows each
+rank's memory beside the GPU's.
+
 Each plan is what its source publishes; where the source is silent the choice is the
 common one for that stack and is said in the description.
 """
@@ -17,7 +20,7 @@ def _llama3(name: str, gpus: str, degrees: dict, seq_len: int, batch_per_dp_grou
             **more) -> PlanSpec:
     settings = {"model": "llama3-405b", **degrees, "sp": True, "zero": 3, "stage-layers": "auto",
                 "seq-len": seq_len, "micro-batch-size": 1,
-                "global-batch": batch_per_dp_group * degrees["dp"], "order": LLAMA3_ORDER, **more}
+                "global-batch": batch_per_dp_group * degrees["dp"], "order": LLAMA3_ORDER, "gpu": "h100", **more}
     return PlanSpec(
         name=name, settings=settings, source=LLAMA3,
         description=(f"Llama 3 405B on {gpus} H100s: {batch_per_dp_group} sequences of {seq_len:,} tokens per DP "
@@ -36,7 +39,7 @@ def builtin_plans() -> list[PlanSpec]:
             name="gpt3-175b-megatron",
             settings={"model": "gpt3-175b", "tp": 8, "pp": 8, "dp": 16, "schedule": "interleaved",
                       "virtual-stages": 2, "recompute": "full", "seq-len": 2048, "micro-batch-size": 1,
-                      "global-batch": 1536},
+                      "global-batch": 1536, "gpu": "a100"},
             source="Narayanan et al. 2021 (arXiv 2104.04473); Megatron-LM's GPT-3 175B example",
             description="GPT-3 175B as Megatron-LM trains it: tp8 pp8 with the interleaved 1F1B schedule "
                         "(2 virtual stages of 6 layers per GPU), full activation recompute, global batch 1,536 "
