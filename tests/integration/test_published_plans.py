@@ -5,9 +5,9 @@ import time
 
 import pytest
 
-from stage_core import sym
 from stage_core.api import plan_job
 from stage_core.cli import build_parser, plan_from_args
+from stage_core.models import evaluate_sum
 from stage_core.plugins import PluginHost
 
 HOST = PluginHost()
@@ -25,9 +25,9 @@ def one_device(result) -> tuple[int, int]:
     recomputed = {"none": [], "full": [op for op in fwd if op.layer is not None],
                   "selective": [op for op in fwd if op.block == "attn_core"]}[plan.recompute]
     ops = fwd + bwd + recomputed
-    matmul = plan.micro_batches * sum(sym.Evaluator([op.matmul_flops for op in ops])(values))
-    total = plan.micro_batches * sum(sym.Evaluator([op.flops for op in ops])(values))
-    return matmul, total + sum(sym.Evaluator([op.flops for op in train.optimizer_ops])(values))
+    matmul = plan.micro_batches * evaluate_sum([op.matmul_flops for op in ops], values)
+    total = plan.micro_batches * evaluate_sum([op.flops for op in ops], values)
+    return matmul, total + evaluate_sum([op.flops for op in train.optimizer_ops], values)
 
 
 def test_the_published_plans_are_there():
@@ -40,7 +40,7 @@ def test_published_plan_reports_adds_up_and_fits(name):
     args = build_parser(HOST).parse_args(["report", "--plan", name])
     model, overrides, plan, _ = plan_from_args(args, HOST)
     start = time.process_time()
-    result = plan_job(HOST, model, overrides, plan)
+    result = plan_job(HOST, model, overrides, plan, programs=False)  # what stage report runs
     assert time.process_time() - start < 120  # planning is per rank class, not per rank
     classes = result.manifest["rank_classes"]
     assert sorted(r for c in classes for r in c["ranks"]) == list(range(plan.world_size))
