@@ -62,3 +62,18 @@ def test_context_parallel_sets_finish_on_every_rank(write_set, simulate, model, 
     assert summary["deadlocked_ranks"] == [], summary
     assert summary["finished_ranks"] == plan.world_size
     assert status == 0
+
+
+@pytest.mark.parametrize("comm", ["p2p", "all-gather"])
+def test_timed_context_parallel_sets_finish_with_background_reductions(host, tmp_path, simulate, comm):
+    """With --gpu, gradient reductions and ZeRO-3 gathers are placed into the compute
+    windows between foreground sends and collectives, here among the ring's sends."""
+    from stage_core import hardware
+    from stage_core.api import plan_job, write_trace_set
+
+    plan = Plan(cp=4, tp=2, sp=True, dp=2, pp=2, zero=3, cp_comm=comm, micro_batches=4)
+    result = plan_job(host, "llama-tiny", {"layers": "4"}, plan, hardware.resolve(host, "h100"))
+    out = write_trace_set(host, result, tmp_path / "set")
+    status, results = simulate(out)
+    assert results["summary"]["deadlocked_ranks"] == [] and results["summary"]["finished_ranks"] == 32
+    assert status == 0
