@@ -18,7 +18,7 @@ from . import __version__, hardware
 from .autodiff import OptimizerConfig, differentiate
 from .bounds import (DEFAULT_MAX_NODES, Extrapolated, check_lower_bound, check_model_size, check_world,
                      lower_within)
-from .errors import TraceError, UsageError
+from .errors import StageError, TraceError, TraceReadError, TraceWriteError, UsageError
 from .ir.graph import Graph
 from .output import COMM_GROUPS, MANIFEST, check_target, staging
 from .parallel.lower import ClassReport, lower
@@ -255,13 +255,18 @@ def write_trace_set(host: PluginHost, result: Result, out: str | os.PathLike, fm
     files = result.job.world_size if ranks is None else len(ranks)
     with staging(target, f"-o {out}") as tmp:
         with _phase(progress, "writing", files) as done:
-            backend.write(replace(result.job, ranks=ranks, workers=workers, progress=done), tmp)
+            try:
+                backend.write(replace(result.job, ranks=ranks, workers=workers, progress=done), tmp)
+            except (ValueError, OverflowError) as exc:
+                if isinstance(exc, StageError):
+                    raise
+                raise TraceWriteError(f"the {backend.name} writer cannot write this job: {exc}") from exc
         (tmp / COMM_GROUPS).write_text(json.dumps(result.job.comm_groups, indent=1) + "\n")
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         if validate and backend.read is not None:
             from .validate import validate as run_checks
 
-            trace_set = backend.read(tmp)
+            trace_set = open_trace_set(backend, tmp)
             with _phase(progress, "validating", files) as done:
                 problems = run_checks(_counted(trace_set, done))
             if problems:
@@ -290,12 +295,42 @@ def _counted(trace_set: TraceSet, done: Callable[[int], None] | None) -> TraceSe
     return replace(trace_set, iter_ranks=iter_ranks)
 
 
+#: what a backend's reader may raise for a bad file, other than a StageError
+_READ_ERRORS = (OSError, ValueError, EOFError, RecursionError, OverflowError)
+
+
+def open_trace_set(backend, directory: Path) -> TraceSet:
+    """``backend.read(directory)``, every error of reading the set a StageError: the
+    backend's own (:class:`TraceReadError` names the file, rank and byte) or, from a
+    reader that raises a plain error, a TraceReadError naming the folder."""
+    try:
+        trace_set = backend.read(directory)
+    except _READ_ERRORS as exc:
+        if isinstance(exc, StageError):
+            raise
+        raise TraceReadError(f"the {backend.name} reader cannot open it: {exc}", path=directory) from exc
+    inner = trace_set.iter_ranks
+
+    def iter_ranks():
+        last = None
+        try:
+            for last, nodes in inner():
+                yield last, nodes
+        except _READ_ERRORS as exc:
+            if isinstance(exc, StageError):
+                raise
+            which = "the first rank" if last is None else f"the rank after rank {last}"
+            raise TraceReadError(f"the {backend.name} reader failed on {which}: {exc}", path=directory) from exc
+
+    return replace(trace_set, iter_ranks=iter_ranks)
+
+
 def read_trace_set(host: PluginHost, directory: Path):
     """Decode a trace set with the backend whose files it holds."""
     if not directory.is_dir():
         raise UsageError(f"{directory}: no such folder")
     for b in host.backends():
         if b.read is not None and b.detect is not None and b.detect(directory):
-            return b.read(directory)
+            return open_trace_set(b, directory)
     known = ", ".join(b.name for b in host.backends()) or "none installed"
     raise UsageError(f"{directory}: holds no trace set of a known format (formats: {known}){host.broken_hint()}")

@@ -34,6 +34,35 @@ class OutputError(StageError):
     exit_status = 1
 
 
+class TraceReadError(StageError):
+    """A trace set cannot be read.  ``path`` (the file), ``rank`` and ``offset`` (a byte
+    of the file) say where, when known; the message starts with the rank and the file."""
+
+    exit_status = 1
+
+    def __init__(self, reason: str, *, path=None, rank: int | None = None, offset: int | None = None):
+        super().__init__(reason)
+        self.reason, self.path, self.rank, self.offset = reason, path, rank, offset
+
+    def __reduce__(self):  # keep path, rank and offset across processes
+        return type(self), (self.reason,), dict(self.__dict__)
+
+    def __str__(self) -> str:
+        where = [f"rank {self.rank}"] if self.rank is not None else []
+        if self.path is not None:
+            where.append(str(self.path))
+        reason = self.reason
+        if self.offset is not None and f"byte {self.offset}" not in reason:
+            reason = f"byte {self.offset}: {reason}"
+        return ": ".join([*where, reason])
+
+
+class TraceWriteError(StageError):
+    """A job cannot be written in a trace format (the message names the node or rank)."""
+
+    exit_status = 1
+
+
 class TraceError(StageError):
     """A trace set fails validation; ``problems`` lists each defect found."""
 

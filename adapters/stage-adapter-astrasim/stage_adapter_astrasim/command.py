@@ -14,7 +14,10 @@ from pathlib import Path
 from typing import Mapping, TextIO
 
 from stage_core import hardware
+from stage_core.api import read_trace_set
+from stage_core.errors import TraceError
 from stage_core.plugins import PluginHost
+from stage_core.validate import validate as validate_set
 
 from . import files, parser, report, runner
 from .configs import DEFAULT_PRESET, MEMORY_FILE, NETWORK_FILE, SYSTEM_FILE, build_configs
@@ -40,13 +43,16 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="your own analytical network .yml (default: from the preset)")
     p.add_argument("--json", action="store_true",
                    help="print results.json instead of the table")
+    p.add_argument("--no-validate", dest="validate", action="store_false",
+                   help="skip checking the set before the simulator reads it (a damaged set can make "
+                        "ASTRA-sim abort or hang)")
 
 
 def run(args: argparse.Namespace) -> int:
     """CommandSpec.run: UsageError propagates to the CLI (exit 2)."""
     return run_astrasim(args.dir, astra_sim=args.astra_sim, system=args.system,
                         network=args.network, as_json=args.json,
-                        host=getattr(args, "stage_host", None))
+                        host=getattr(args, "stage_host", None), validate=args.validate)
 
 
 def run_astrasim(trace_dir: str | Path, *, astra_sim: str | None = None,
@@ -54,7 +60,7 @@ def run_astrasim(trace_dir: str | Path, *, astra_sim: str | None = None,
                  as_json: bool = False, out: TextIO | None = None,
                  err: TextIO | None = None,
                  env: Mapping[str, str] | None = None,
-                 host: PluginHost | None = None) -> int:
+                 host: PluginHost | None = None, validate: bool = True) -> int:
     """The command.  Returns 0, or 1 when ranks deadlocked or the simulator failed.
 
     Presets are the hardware records of ``host``'s plugins (default: every installed
@@ -63,7 +69,9 @@ def run_astrasim(trace_dir: str | Path, *, astra_sim: str | None = None,
     hardware it was timed for.
 
     Raises :class:`stage_core.errors.UsageError` for a bad DIR, preset, file, world
-    size or binary.
+    size or binary.  With ``validate`` (the default) the set is read and checked first,
+    so a damaged one never reaches the simulator: a StageError (exit status 1) names the
+    file, rank and byte, or the set's problems.
     """
     out = out or sys.stdout
     err = err or sys.stderr
@@ -80,6 +88,8 @@ def run_astrasim(trace_dir: str | Path, *, astra_sim: str | None = None,
     configs = build_configs(traces.world_size, system, network, presets=presets,
                             timed=traces.timed)
     binary = runner.find_binary(astra_sim, env)  # fail on a bad binary before writing
+    if validate:
+        check_set(host, traces.root)
 
     work = traces.root / OUT_DIR
     files.write_folder(work, {SYSTEM_FILE: configs.system_text,
@@ -115,6 +125,16 @@ def run_astrasim(trace_dir: str | Path, *, astra_sim: str | None = None,
               f"{outcome.stderr_path} and {outcome.stdout_path}", file=err)
         return 1
     return 1 if results["summary"]["deadlock"] else 0
+
+
+def check_set(host: PluginHost, root: Path) -> None:
+    """Read and validate the set at ``root`` with the core's validator, through the
+    installed backend that reads it (none installed: nothing to check with)."""
+    if not any(b.read and b.detect and b.detect(root) for b in host.backends()):
+        return
+    problems = validate_set(read_trace_set(host, root))
+    if problems:
+        raise TraceError([str(p) for p in problems])
 
 
 def _print_command(paths: runner.SimPaths, work: Path, meta: dict, as_json: bool,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import zlib
 from multiprocessing import get_all_start_methods
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,16 @@ from .writer import default_workers
 
 
 def _load(path: Path) -> bytes:
-    data = Path(path).read_bytes()
-    if data[:2] == b"\x1f\x8b":  # Chakra's own reader accepts gzip too
-        data = gzip.decompress(data)
+    """The bytes of the file at ``path`` (gunzipped: Chakra's own reader accepts gzip too)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ChakraReadError(f"cannot read it ({exc.strerror or exc})", path=path) from None
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise ChakraReadError(f"not a readable gzip file ({exc})", path=path) from None
     return data
 
 
@@ -35,22 +43,22 @@ def decode_et(data: bytes, where: str = "trace",
     files it decoded before wherever their records are the same bytes.
     """
     if not data:
-        raise ChakraReadError(f"{where}: empty file, no GlobalMetadata record")
+        raise ChakraReadError("empty file, no GlobalMetadata record", path=where, offset=0)
     data = bytes(data)  # records are sliced out and hashed: bytes, not a buffer
     try:
         header, pos = wire.read_frame(data, 0)
         meta = metadata(schema.GlobalMetadata.FromString(header))
     except (DecodeError, ValueError) as exc:
         if isinstance(exc, wire.FrameError):
-            raise ChakraReadError(f"{where}: {exc}") from None
-        raise ChakraReadError(f"{where}: record at byte 0: {exc}") from exc
+            raise ChakraReadError(str(exc), path=where, offset=exc.offset) from None
+        raise ChakraReadError(f"record at byte 0: {exc}", path=where, offset=0) from exc
     try:
         if isinstance(decoder, stampread.StampDecoder):
             nodes = decoder.decode(data, pos, where)
         else:
             nodes = (NodeDecoder() if decoder is None else decoder).decode(data, pos)
     except BadRecord as exc:
-        raise ChakraReadError(f"{where}: {exc}") from exc.__cause__
+        raise ChakraReadError(str(exc), path=where, offset=exc.offset) from exc.__cause__
     return meta, nodes
 
 
@@ -67,7 +75,7 @@ def read_et_header(path: Path) -> dict[str, Any]:
         record, _ = wire.read_frame(data, 0)
         return metadata(schema.GlobalMetadata.FromString(record))
     except (IndexError, DecodeError, ValueError) as exc:
-        raise ChakraReadError(f"{path}: no readable GlobalMetadata record ({exc})") from exc
+        raise ChakraReadError(f"no readable GlobalMetadata record ({exc})", path=path, offset=0) from exc
 
 
 #: sets of fewer files are read in this process alone

@@ -19,17 +19,28 @@ def _document(text: str, where: str) -> dict[str, Any]:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ChakraReadError(f"{where}: not JSON ({exc})") from exc
+        raise ChakraReadError(f"not JSON ({exc})", path=where) from None
+    except RecursionError:
+        raise ChakraReadError("not JSON STAGE reads (nested too deep)", path=where) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list):
-        raise ChakraReadError(f'{where}: expected {{"metadata": ..., "nodes": [...]}}')
+        raise ChakraReadError('expected {"metadata": ..., "nodes": [...]}', path=where)
     return doc
+
+
+def _text(path: Path) -> str:
+    try:
+        return Path(path).read_text("utf-8")
+    except OSError as exc:
+        raise ChakraReadError(f"cannot read it ({exc.strerror or exc})", path=path) from None
+    except UnicodeDecodeError as exc:
+        raise ChakraReadError(f"not UTF-8 text ({exc.reason})", path=path, offset=exc.start) from None
 
 
 def _parse(obj: Any, message, where: str):
     try:
         return json_format.ParseDict(obj, message)
-    except json_format.ParseError as exc:
-        raise ChakraReadError(f"{where}: {exc}") from exc
+    except (json_format.ParseError, TypeError) as exc:  # TypeError: a node that is not an object
+        raise ChakraReadError(f"{where}: {exc}") from None
 
 
 def decode_json(text: str, where: str = "trace") -> tuple[dict[str, Any], list[TraceNode]]:
@@ -44,12 +55,12 @@ def decode_json(text: str, where: str = "trace") -> tuple[dict[str, Any], list[T
 
 def read_json_file(path: Path) -> tuple[dict[str, Any], list[TraceNode]]:
     """``(metadata, nodes)`` of the ``chakra-json`` file at ``path``."""
-    return decode_json(Path(path).read_text("utf-8"), str(path))
+    return decode_json(_text(path), str(path))
 
 
 def read_json_header(path: Path) -> dict[str, Any]:
     """Only the metadata of the ``chakra-json`` file at ``path``."""
-    doc = _document(Path(path).read_text("utf-8"), str(path))
+    doc = _document(_text(path), str(path))
     return metadata(_parse(doc.get("metadata", {}), schema.GlobalMetadata(), str(path)))
 
 

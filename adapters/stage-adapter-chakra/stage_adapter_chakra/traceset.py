@@ -48,62 +48,107 @@ def rank_files(directory: Path, suffix: str) -> tuple[str, list[Path]]:
     prefix, by_rank = _one_prefix(directory, suffix)
     missing = sorted(set(range(max(by_rank) + 1)) - set(by_rank))
     if missing:
-        raise ChakraReadError(
-            f"{directory}: {prefix}.<rank>.{suffix} missing for rank(s) {missing[:8]}")
+        raise ChakraReadError(f"{prefix}.<rank>.{suffix} missing for rank(s) {missing[:8]}", path=directory)
     return prefix, [by_rank[r] for r in range(len(by_rank))]
 
 
 def _one_prefix(directory: Path, suffix: str) -> tuple[str, dict[int, Path]]:
     found = _scan(Path(directory), suffix)
     if not found:
-        raise ChakraReadError(f"{directory}: no <prefix>.<rank>.{suffix} files")
+        raise ChakraReadError(f"no <prefix>.<rank>.{suffix} files", path=directory)
     if len(found) > 1:
         if PREFIX not in found:
-            raise ChakraReadError(
-                f"{directory}: several trace prefixes {sorted(found)}; expected one")
+            raise ChakraReadError(f"several trace prefixes {sorted(found)}; expected one", path=directory)
         found = {PREFIX: found[PREFIX]}
     (prefix, by_rank), = found.items()
     return prefix, by_rank
+
+
+def read_json(path: Path) -> Any:
+    """The JSON document at ``path``; ChakraReadError (naming it) for anything else."""
+    try:
+        text = path.read_bytes()
+    except OSError as exc:
+        raise ChakraReadError(f"cannot read it ({exc.strerror or exc})", path=path) from None
+    try:
+        return json.loads(text.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ChakraReadError(f"not UTF-8 text ({exc.reason})", path=path, offset=exc.start) from None
+    except json.JSONDecodeError as exc:
+        raise ChakraReadError(f"not JSON ({exc})", path=path) from None
+    except RecursionError:
+        raise ChakraReadError("not JSON STAGE reads (nested too deep)", path=path) from None
+
+
+def manifest_world(directory: Path) -> int | None:
+    """The world size the set's ``manifest.json`` names; None without one (a set of
+    another generator).  A manifest without an integer world size is an error."""
+    path = Path(directory) / "manifest.json"
+    if not path.exists():
+        return None
+    manifest = read_json(path)
+    world = manifest.get("world_size") if isinstance(manifest, dict) else None
+    if not isinstance(world, int) or isinstance(world, bool) or world < 1:
+        raise ChakraReadError(f"world_size {world!r} is not a positive integer", path=path)
+    return world
 
 
 def subset(directory: Path) -> tuple[int, list[int]] | None:
     """``(world size, ranks)`` when the set's ``manifest.json`` says it holds only some
     ranks of its world (``stage generate --ranks``); None otherwise."""
     path = Path(directory) / "manifest.json"
-    if not path.is_file():
+    if not path.exists():
         return None
-    try:
-        manifest = json.loads(path.read_text("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ChakraReadError(f"{path}: not readable JSON ({exc})") from None
+    manifest = read_json(path)
     part = manifest.get("subset") if isinstance(manifest, dict) else None
     if part is None:
         return None
     world = manifest.get("world_size")
     if not isinstance(part, dict) or not isinstance(part.get("ranks"), str) or not isinstance(world, int):
-        raise ChakraReadError(f'{path}: "subset" must be {{"ranks": "0-63,4096", "count": N}} '
-                              f'beside an integer "world_size"')
+        raise ChakraReadError('"subset" must be {"ranks": "0-63,4096", "count": N} beside an integer '
+                              '"world_size"', path=path)
     try:
         ranks = parse_ranks(part["ranks"], world, "subset")
     except UsageError as exc:
-        raise ChakraReadError(f"{path}: {exc}") from None
+        raise ChakraReadError(str(exc), path=path) from None
     if part.get("count") != len(ranks):
-        raise ChakraReadError(f'{path}: "subset" names {len(ranks)} ranks but says "count": {part.get("count")}')
+        raise ChakraReadError(f'"subset" names {len(ranks)} ranks but says "count": {part.get("count")}',
+                              path=path)
     return world, ranks
 
 
 def comm_groups(directory: Path) -> dict[str, list[int]]:
-    """The ``comm_groups.json`` beside the traces, or ``{}`` when there is none."""
+    """The ``comm_groups.json`` beside the traces, or ``{}`` when there is none: an
+    object of pg_name -> list of rank numbers, else a ChakraReadError naming the key."""
     path = Path(directory) / "comm_groups.json"
     if not path.exists():
         return {}
-    try:
-        groups = json.loads(path.read_text("utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ChakraReadError(f"{path}: not JSON ({exc})") from exc
+    groups = read_json(path)
     if not isinstance(groups, dict):
-        raise ChakraReadError(f"{path}: expected an object of pg_name -> [ranks]")
-    return {str(k): list(v) for k, v in groups.items()}
+        raise ChakraReadError('expected an object of pg_name -> [ranks], e.g. {"1": [0, 1]}', path=path)
+    for name, members in groups.items():
+        if not isinstance(members, list) or not all(
+                isinstance(m, int) and not isinstance(m, bool) for m in members):
+            raise ChakraReadError(f"group {name!r}: {_short(members)} is not a list of rank numbers", path=path)
+    return groups
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _check_world(directory: Path, suffix: str, world: int) -> None:
+    """The files must be those of ranks 0..world-1, the manifest's world."""
+    prefix, by_rank = _one_prefix(directory, suffix)
+    missing = sorted(set(range(world)) - set(by_rank))
+    extra = sorted(set(by_rank) - set(range(world)))
+    if missing or extra:
+        names = [f"{prefix}.{r}.{suffix} missing" for r in missing[:4]]
+        names += [f"{prefix}.{r}.{suffix} is extra" for r in extra[:4]]
+        more = len(missing) + len(extra) - len(names)
+        raise ChakraReadError(f"{', '.join(names)}{f' and {more} more' if more else ''} "
+                              f"(the manifest's world size is {world})", path=directory)
 
 
 def open_set(directory: Path, suffix: str, decode: Decoder,
@@ -121,6 +166,9 @@ def open_set(directory: Path, suffix: str, decode: Decoder,
     directory = Path(directory)
     part = subset(directory)
     if part is None:
+        world = manifest_world(directory)
+        if world is not None:
+            _check_world(directory, suffix, world)
         prefix, files = rank_files(directory, suffix)
         world, ranks = len(files), None
     else:
@@ -131,8 +179,8 @@ def open_set(directory: Path, suffix: str, decode: Decoder,
             extra = sorted(set(by_rank) - set(ranks))
             what = (f"missing for rank(s) {missing[:8]}" if missing
                     else f"present for rank(s) {extra[:8]} outside the subset")
-            raise ChakraReadError(f"{directory}: the manifest names a subset of ranks; "
-                                  f"{prefix}.<rank>.{suffix} {what}")
+            raise ChakraReadError(f"the manifest names a subset of ranks; {prefix}.<rank>.{suffix} {what}",
+                                  path=directory)
         files = [by_rank[r] for r in ranks]
     header = read_header(files[0])
 
@@ -141,9 +189,15 @@ def open_set(directory: Path, suffix: str, decode: Decoder,
         if many is None:
             decode_file = decode if file_reader is None else file_reader()
             many = map(decode_file, files)
-        for rank, path, (meta, nodes) in zip(ranks or range(len(files)), files, many):
+        decoded = iter(many)
+        for rank, path in zip(ranks or range(len(files)), files):
+            try:
+                meta, nodes = next(decoded)
+            except ChakraReadError as exc:
+                exc.rank = rank if exc.rank is None else exc.rank
+                raise
             if not meta["version"]:
-                raise ChakraReadError(f"{path}: GlobalMetadata has no version")
+                raise ChakraReadError("GlobalMetadata has no version", path=path, rank=rank, offset=0)
             yield rank, nodes
 
     return TraceSet(
