@@ -28,7 +28,9 @@ class LlamaConfig(ModelConfig):
     multiple of ``vocab_pad_to`` for the embedding table.  ``max_positions`` is the
     context the rotary embedding was built for; ``seq_len`` the training sequence
     length used when the plan gives none.  ``attention``: ``"flash"`` or ``"classic"``;
-    ``causal_flops`` halves the attention-score FLOPs.
+    ``causal_flops`` halves the attention-score FLOPs.  ``sliding_window`` (Mistral 7B
+    v0.1: 4096) makes every layer's attention local: each query reads only the last
+    ``sliding_window`` keys, and the flash kernel counts only those.
     """
 
     name: str = "llama"
@@ -45,6 +47,7 @@ class LlamaConfig(ModelConfig):
     seq_len: int = 256
     tie_embeddings: bool = False
     qkv_bias: bool = False
+    sliding_window: int | None = None
     attention: str = "flash"
     causal_flops: bool = False
     dtype: str = "bf16"
@@ -55,7 +58,7 @@ class LlamaConfig(ModelConfig):
             raise UsageError(f"LlamaConfig family={self.family!r}: a LLaMA config's family must be {FAMILY!r}")
         check_int(self, "layers", "hidden", "heads", "ffn_hidden", "vocab_size", "vocab_pad_to", "max_positions",
                   "seq_len")
-        check_int(self, "kv_heads", "head_dim", optional=True)
+        check_int(self, "kv_heads", "head_dim", "sliding_window", optional=True)
         check_bool(self, "tie_embeddings", "qkv_bias", "causal_flops")
         if self.head_dim is None:
             check_divides(self, "heads", "hidden", f"without head_dim the head dim is hidden/heads; use a head "

@@ -7,8 +7,9 @@ heads), ``head_dim`` (absent or null: hidden_size / num_attention_heads),
 ``hidden_act`` (must be silu).  QKV bias: always on for qwen2 (Qwen2 has biases on
 q, k and v only); llama's ``attention_bias`` and ``mlp_bias`` would also bias the
 output projection and the MLP, which this family does not model, so true is
-rejected.  ``sliding_window`` (Mistral) is not modelled: attention is full causal
-attention over the sequence.
+rejected.  ``sliding_window`` (mistral): every layer attends to its last
+``sliding_window`` keys (null: the whole sequence); qwen2's ``use_sliding_window`` true
+(a window on the layers from ``max_window_layers`` on) is refused.
 
 STAGE's own settings that config.json has no key for (vocabulary padding, training
 sequence length, attention kernel, dtype) travel in an optional ``"stage"`` object,
@@ -60,6 +61,9 @@ def config_from_hf(source: Mapping[str, Any] | str | os.PathLike) -> LlamaConfig
     if r.get("hidden_act", "silu") not in SILU:
         r.fail("hidden_act", "this family's MLP is SwiGLU; valid: silu")
     tie = r.bool("tie_word_embeddings", False)
+    window = r.int("sliding_window", default=None) if model_type == "mistral" else None
+    if model_type == "qwen2" and r.bool("use_sliding_window", False):
+        r.fail("use_sliding_window", "Qwen2's window on the upper layers is not modelled; valid: false")
     for key in ("attention_bias", "mlp_bias"):
         if r.bool(key, False):
             raise UsageError(
@@ -81,6 +85,7 @@ def config_from_hf(source: Mapping[str, Any] | str | os.PathLike) -> LlamaConfig
         "seq_len": min(positions, DEFAULT_SEQ_CAP),
         "tie_embeddings": tie,
         "qkv_bias": model_type == "qwen2",
+        "sliding_window": window,
     }
     return r.make(LlamaConfig, fields)
 
@@ -88,11 +93,11 @@ def config_from_hf(source: Mapping[str, Any] | str | os.PathLike) -> LlamaConfig
 def to_hf(config: LlamaConfig, model_type: str | None = None) -> dict[str, Any]:
     """``config`` as a config.json dict; ``config_from_hf(to_hf(c)) == c`` when kv_heads is set.
 
-    ``model_type`` defaults to qwen2 for a config with QKV bias and llama otherwise;
-    mistral is also valid for a config without QKV bias.
+    ``model_type`` defaults to qwen2 for a config with QKV bias, mistral for one with a
+    sliding window and llama otherwise; mistral is also valid for a config without either.
     """
     c = config
-    mt = model_type or ("qwen2" if c.qkv_bias else "llama")
+    mt = model_type or ("qwen2" if c.qkv_bias else "mistral" if c.sliding_window else "llama")
     if mt not in MODEL_TYPES:
         raise UsageError(f"model_type {mt!r}: valid values are {', '.join(MODEL_TYPES)}")
     if (mt == "qwen2") != c.qkv_bias:
@@ -100,6 +105,9 @@ def to_hf(config: LlamaConfig, model_type: str | None = None) -> dict[str, Any]:
             f"model_type {mt!r} cannot express qkv_bias={c.qkv_bias}: qwen2 always has QKV bias, "
             f"llama and mistral have none"
         )
+    if c.sliding_window is not None and mt != "mistral":
+        raise UsageError(f"model_type {mt!r} cannot express sliding_window={c.sliding_window}: only mistral has "
+                         f"a window in every layer")
     out: dict[str, Any] = {
         "model_type": mt,
         "architectures": [ARCHITECTURES[mt]],
@@ -115,6 +123,8 @@ def to_hf(config: LlamaConfig, model_type: str | None = None) -> dict[str, Any]:
     }
     if c.head_dim is not None:
         out["head_dim"] = c.head_dim
+    if mt == "mistral":
+        out["sliding_window"] = c.sliding_window
     if mt == "llama":
         out["attention_bias"] = False
         out["mlp_bias"] = False

@@ -29,14 +29,15 @@ from .config import LlamaConfig
 def build(config: LlamaConfig) -> Graph:
     """The single-device forward graph of ``config`` (dims in ``graph.dims``; b, s unbound)."""
     c = config
-    g = blocks.model_builder(c, max_positions=c.max_positions, attention=c.attention)
+    g = blocks.model_builder(c, max_positions=c.max_positions, attention=c.attention,
+                             sliding_window=c.sliding_window)
     x, labels, wte = blocks.embed(g, tags=RESIDUAL)
 
     for i in range(c.layers):
         with g.layer(i):
             y = blocks.norm(g, x, "attn.norm")
             out = blocks.gqa_attention(g, y, kind=c.attention, causal_flops=c.causal_flops, qkv_bias=c.qkv_bias,
-                                       rope=True, rope_names=("rope_q", "rope_k"))
+                                       rope=True, rope_names=("rope_q", "rope_k"), window=c.sliding_window)
             x = g.add(out, x, name="attn.residual", tags=RESIDUAL)
 
             y = blocks.norm(g, x, "mlp.norm")

@@ -1,8 +1,8 @@
 """Named LLaMA-family configurations, from each model's public config.json (sources in the README).
 
 ``seq_len`` is the pre-training sequence length the model's authors report (Llama 2
-4096, Llama 3 8192, Qwen2.5 4096 before long-context extension); Mistral 7B uses 4096,
-its sliding-window size, so full causal attention is exactly what it computes.
+4096, Llama 3 8192, Qwen2.5 4096 before long-context extension); Mistral 7B (v0.1) has a
+4096-token sliding window in every layer and uses 4096.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ PRESETS = MappingProxyType({
         _c("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192, 8192),
         _c("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192, 8192),
         _c("llama3-405b", 126, 16384, 128, 8, 53248, 128256, 131072, 8192),  # Llama 3.1
-        _c("mistral-7b", 32, 4096, 32, 8, 14336, 32000, 32768, 4096),
+        _c("mistral-7b", 32, 4096, 32, 8, 14336, 32000, 32768, 4096, sliding_window=4096),
         _c("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064, 131072, 4096, qkv_bias=True),
         _c("qwen2.5-72b", 80, 8192, 64, 8, 29568, 152064, 131072, 4096, qkv_bias=True),
     )

@@ -94,3 +94,16 @@ def test_embedding_is_a_lookup_and_its_gradient_a_scatter_add():
     assert scatter.kind == "embedding"
     assert scatter.outputs[0].grad_of is emb.inputs[1]
     assert evaluate_sum([scatter.matmul_flops], values) == 0
+
+
+def test_mistral_window_counts_its_keys_not_the_sequence():
+    # Mistral 7B at 8192 tokens, window 4096: per layer and query, Q·Kᵀ and P·V read 4096 keys,
+    # 2·2·a·d FLOPs per key (32 heads of 128): 2·2·8192·32·128·4096 forward, half of full attention
+    c = PRESETS["mistral-7b"].replace(max_positions=32768)
+    g = build(c)
+    core = [op for op in g.ops if op.layer == 0 and op.block == "attn_core"]
+    at = lambda s: evaluate_sum([op.matmul_flops for op in core], step_values(g, 1, s))  # noqa: E731
+    assert at(8192) == 2 * 2 * 8192 * 32 * 128 * 4096 == at(4096) * 2
+    full = build(c.replace(sliding_window=None))
+    full_core = [op for op in full.ops if op.layer == 0 and op.block == "attn_core"]
+    assert evaluate_sum([op.matmul_flops for op in full_core], step_values(full, 1, 8192)) == 2 * at(8192)

@@ -183,3 +183,17 @@ def test_export_is_plain_json():
     c = PRESETS["llama3-405b"]
     assert json.loads(json.dumps(to_hf(c))) == to_hf(c)
     assert isinstance(config_from_hf(to_hf(c)), LlamaConfig)
+
+
+def test_mistral_sliding_window():
+    c = config_from_hf(MISTRAL_7B)
+    assert c.sliding_window == 4096
+    assert config_from_hf({**MISTRAL_7B, "sliding_window": None}).sliding_window is None  # Mistral 7B v0.2
+    assert config_from_hf(LLAMA3_8B).sliding_window is None
+    assert to_hf(c)["model_type"] == "mistral" and config_from_hf(to_hf(c)) == c
+    with pytest.raises(UsageError, match="sliding_window"):
+        to_hf(c, "llama")
+    with pytest.raises(UsageError, match="use_sliding_window"):
+        config_from_hf({**QWEN25_7B, "use_sliding_window": True})
+    with pytest.raises(UsageError, match="'sliding_window'"):
+        config_from_hf({**MISTRAL_7B, "sliding_window": 0})
