@@ -251,7 +251,7 @@ def _extrapolate(sample: Lowered, plan: Plan, count: int, order: Order) -> list[
         memory = dict(report.memory_bytes, activations=peak)
         memory["total"] = report.memory_bytes["total"] - report.memory_bytes["activations"] + peak
         flops_at = {k: v + added * flops.get(k, 0) for k, v in report.flops.items() if k != "total"}
-        flops_at["total"] = sum(flops_at.values())
+        flops_at["total"] = flops_at["matmul"] + flops_at["other"]
         out.append(ClassReport(report.ranks, flops_at, memory,
                                {k: v + added * comm[k] for k, v in report.comm_bytes.items()},
                                nodes=report.nodes + added * nodes))

@@ -266,6 +266,7 @@ class _Program:
     def __init__(self):
         self.nodes: list[ProgramNode] = []
         self.flops = {"matmul": 0, "other": 0}
+        self.model_flops = 0  # 3 x the matmul FLOPs of the forward pass (recompute not counted)
         self.comm = {k: 0 for k in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send", "recv")}
         self.tags = 0  # the last send/recv tag handed out
         self.step_tail: int | None = None  # last node of the previous schedule step
@@ -325,7 +326,8 @@ class _Program:
 
     def end_step(self, micro_batch: int):
         self.step_tail = self.step_last
-        self.steps.append(Step(micro_batch, len(self.nodes), dict(self.flops), dict(self.comm)))
+        self.steps.append(Step(micro_batch, len(self.nodes), {**self.flops, "model": self.model_flops},
+                               dict(self.comm)))
         self.last_gather = None
 
     def finish(self, timing: "Timing | None" = None) -> None:
@@ -439,6 +441,7 @@ class Lowerer:
         deps: list[int] = []
         for t, layout in zip(op.inputs, plan.in_layouts):
             deps.extend(deps_of(t, layout))
+        matmul_before = prog.flops["matmul"]
         if op.kind == "view":
             out_deps = tuple(sorted(set(deps)))
         elif plan.ring is not None:
@@ -456,6 +459,8 @@ class Lowerer:
                 size = _whole(size, op.name)
                 last = prog.coll(f"{tag}.{op.name}:{COMM_KEYS[kind]}.{axis}", kind, size, self.key(axis), (last,))
             out_deps = (last,)
+        if phase == FORWARD:  # Megatron's model FLOPs: forward and backward matmuls, 3x the forward's
+            prog.model_flops += 3 * (prog.flops["matmul"] - matmul_before)
         for t, layout in zip(op.outputs, plan.out_layouts):
             versions[(t, self.lk(layout))] = out_deps
             versions[(t, None)] = out_deps
@@ -882,6 +887,7 @@ class Lowerer:
             ranks = tuple(np.flatnonzero(stages == stage).tolist())
             flops = dict(prog.flops)
             flops["total"] = flops["matmul"] + flops["other"]
+            flops["model"] = prog.model_flops
             reports.append(ClassReport(ranks, flops, self.memory(stage, peak), dict(prog.comm), nodes=len(prog.nodes),
                                        steps=prog.steps, chunk_activations=dict(prog.chunk_acts)))
             programs.append(RankProgram(ranks, tuple(prog.nodes), label=f"stage{stage}"))

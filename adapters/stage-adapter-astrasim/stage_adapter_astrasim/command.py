@@ -15,13 +15,17 @@ from typing import Mapping, TextIO
 
 from stage_core import hardware
 from stage_core.api import read_trace_set
-from stage_core.errors import TraceError
+from stage_core.errors import TraceError, UsageError
 from stage_core.plugins import PluginHost
 from stage_core.validate import validate as validate_set
 
-from . import files, parser, report, runner
+from . import files, parser, report, runner, steptime, timeline
 from .configs import DEFAULT_PRESET, MEMORY_FILE, NETWORK_FILE, SYSTEM_FILE, build_configs
 from .traceset import open_trace_set
+
+#: above this estimate of the per-node log, the breakdown is left out unless
+#: --timeline or --plot asks for the log
+LOG_AUTO_LIMIT = 1 << 30
 
 OUT_DIR = "astrasim"
 RESULTS_FILE = "results.json"
@@ -46,13 +50,19 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-validate", dest="validate", action="store_false",
                    help="skip checking the set before the simulator reads it (a damaged set can make "
                         "ASTRA-sim abort or hang)")
+    p.add_argument("--timeline", metavar="FILE",
+                   help="write the simulated step as Chrome/Perfetto trace-event JSON (one rank per class, "
+                        "a track per stream; open it in ui.perfetto.dev)")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="draw the same timeline with matplotlib (pip install 'stage-adapter-astrasim[plot]')")
 
 
 def run(args: argparse.Namespace) -> int:
     """CommandSpec.run: UsageError propagates to the CLI (exit 2)."""
     return run_astrasim(args.dir, astra_sim=args.astra_sim, system=args.system,
                         network=args.network, as_json=args.json,
-                        host=getattr(args, "stage_host", None), validate=args.validate)
+                        host=getattr(args, "stage_host", None), validate=args.validate,
+                        timeline_file=args.timeline, plot_file=args.plot)
 
 
 def run_astrasim(trace_dir: str | Path, *, astra_sim: str | None = None,
@@ -60,13 +70,19 @@ def run_astrasim(trace_dir: str | Path, *, astra_sim: str | None = None,
                  as_json: bool = False, out: TextIO | None = None,
                  err: TextIO | None = None,
                  env: Mapping[str, str] | None = None,
-                 host: PluginHost | None = None, validate: bool = True) -> int:
+                 host: PluginHost | None = None, validate: bool = True,
+                 timeline_file: str | None = None, plot_file: str | None = None) -> int:
     """The command.  Returns 0, or 1 when ranks deadlocked or the simulator failed.
 
     Presets are the hardware records of ``host``'s plugins (default: every installed
     plugin).  A set timed by ``stage generate --gpu`` runs with the roofline off (the
     simulator replays the durations) and, unless ``system`` says otherwise, on the
     hardware it was timed for.
+
+    Per rank class it reports the step time, model TFLOP/s per GPU and MFU, and
+    compute, exposed communication and bubble from the simulator's per-node log (one
+    rank per class; the log is asked for when it stays under ``LOG_AUTO_LIMIT`` bytes,
+    or always with ``timeline_file`` / ``plot_file``).
 
     Raises :class:`stage_core.errors.UsageError` for a bad DIR, preset, file, world
     size or binary.  With ``validate`` (the default) the set is read and checked first,
@@ -85,19 +101,25 @@ def run_astrasim(trace_dir: str | Path, *, astra_sim: str | None = None,
         timed_hw = hardware.from_dict(timed_for, f"{traces.root / 'manifest.json'}: hardware")
         presets.setdefault(timed_hw.name, timed_hw)
         system = system or timed_hw.name
-    configs = build_configs(traces.world_size, system, network, presets=presets,
-                            timed=traces.timed)
+    if plot_file:
+        _check_plot_available()
     binary = runner.find_binary(astra_sim, env)  # fail on a bad binary before writing
     if validate:
         check_set(host, traces.root)
+    log = binary is not None and (bool(timeline_file or plot_file) or traces.log_estimate() <= LOG_AUTO_LIMIT)
+    configs = build_configs(traces.world_size, system, network, presets=presets,
+                            timed=traces.timed, trace=log)
 
     work = traces.root / OUT_DIR
-    files.write_folder(work, {SYSTEM_FILE: configs.system_text,
-                              NETWORK_FILE: configs.network_text,
-                              MEMORY_FILE: configs.memory_text})
+    texts = {SYSTEM_FILE: configs.system_text, NETWORK_FILE: configs.network_text,
+             MEMORY_FILE: configs.memory_text}
+    if log:
+        texts[timeline.LOGGING_FILE] = timeline.logging_config(work / timeline.LOG_FILE)
+    files.write_folder(work, texts)
     paths = runner.SimPaths(workload=traces.workload_prefix, comm_groups=traces.comm_groups,
                             system=work / SYSTEM_FILE, network=work / NETWORK_FILE,
-                            memory=work / MEMORY_FILE)
+                            memory=work / MEMORY_FILE,
+                            logging=work / timeline.LOGGING_FILE if log else None)
     meta = {"trace_dir": str(traces.root), "system": configs.system_source,
             "network": configs.network_source}
 
@@ -111,14 +133,36 @@ def run_astrasim(trace_dir: str | Path, *, astra_sim: str | None = None,
         ranks = parser.parse_lines(handle)
     meta = {**meta, "astra_sim": str(binary), "returncode": outcome.returncode}
     results = report.build_results(ranks, traces.world_size, meta)
+    classes = traces.manifest.get("rank_classes", [])
+    shown = {}
+    if log and classes and (work / timeline.LOG_FILE).is_file():
+        with open(work / timeline.LOG_FILE, errors="replace") as handle:
+            shown = timeline.read_log(handle, set(timeline.representatives(classes)))
+    peak = configs.preset.gpu.peak_flops("bf16") if configs.preset else None
+    rows = steptime.class_results(traces.manifest, ranks, shown, peak)
+    job = steptime.job_results(traces.manifest, results["summary"]["max_finish_time_ns"], peak)
+    if rows:
+        results["rank_classes"] = rows
+        results["summary"].update(job)
     files.write_file(work / RESULTS_FILE, json.dumps(results, indent=2) + "\n")
+    drawn = [(timeline.class_label(i, rc["ranks"], report.rank_ranges), rc["ranks"][0], shown[rc["ranks"][0]])
+             for i, rc in enumerate(classes) if rc["ranks"][0] in shown]
+    if timeline_file:
+        files.write_file(Path(timeline_file), json.dumps(timeline.trace_events(drawn)) + "\n")
+    if plot_file:
+        timeline.plot(drawn, Path(plot_file), title=_title(traces.manifest, traces.root.name))
 
     if as_json:
         out.write(json.dumps(results, indent=2) + "\n")
     else:
         out.write(report.format_table(ranks, traces.world_size) + "\n")
+        if rows:
+            out.write(steptime.format_classes(rows, job) + "\n")
         out.write(report.format_summary(results) + "\n")
         out.write(f"results: {work / RESULTS_FILE}\n")
+        for path in (timeline_file, plot_file):
+            if path:
+                out.write(f"timeline: {path}\n")
 
     if outcome.returncode != 0:
         print(f"error: ASTRA-sim exited with status {outcome.returncode}; see "
@@ -135,6 +179,24 @@ def check_set(host: PluginHost, root: Path) -> None:
     problems = validate_set(read_trace_set(host, root))
     if problems:
         raise TraceError([str(p) for p in problems])
+
+
+def _title(manifest: Mapping, fallback: str) -> str:
+    model, plan = manifest.get("model", {}), manifest.get("plan", {})
+    degrees = " ".join(f"{a}{plan[a]}" for a in ("tp", "cp", "ep", "dp", "pp") if plan.get(a, 1) > 1)
+    what = f"{model.get('name', fallback)} {degrees}".strip()
+    if plan.get("micro_batches"):
+        what += f", {plan['micro_batches']} micro-batches"
+    hw = manifest.get("hardware", {}).get("name")
+    return f"{what}{f' on {hw}' if hw else ''}: the simulated step, one rank per class"
+
+
+def _check_plot_available() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError("--plot needs matplotlib, an optional extra of this adapter: "
+                         "pip install 'stage-adapter-astrasim[plot]'") from None
 
 
 def _print_command(paths: runner.SimPaths, work: Path, meta: dict, as_json: bool,

@@ -43,6 +43,7 @@ class Configs:
     memory_text: str
     system_source: str  # "preset h100" or "file /abs/path"
     network_source: str
+    preset: HardwareSpec | None = None  # the hardware, unless the system is a user's system.json
 
 
 def backend_bandwidth(link: LinkSpec) -> float:
@@ -50,16 +51,17 @@ def backend_bandwidth(link: LinkSpec) -> float:
     return round(link.bytes_per_second / 2**30, 2)
 
 
-def system_config(preset: HardwareSpec, dims: int, *, timed: bool = False) -> dict:
+def system_config(preset: HardwareSpec, dims: int, *, timed: bool = False, trace: bool = False) -> dict:
     """system.json for ``preset`` on a network of ``dims`` dimensions.
 
     ``timed``: the traces carry each compute node's ``duration_micros``, so the
     roofline is switched off and the simulator replays the durations
     (astra-sim ``Workload::issue``); ``num_ops`` and ``tensor_size`` stay in the
-    traces for tools that read them.
+    traces for tools that read them.  ``trace``: the simulator logs every node's issue
+    and completion (``"trace-enabled"``, read by :mod:`.timeline`).
     """
     per_dim = ["ring"] * dims  # one collective implementation per network dimension
-    return {
+    config = {
         "scheduling-policy": "LIFO",
         "endpoint-delay": 10,
         "active-chunks-per-dimension": 1,
@@ -74,6 +76,9 @@ def system_config(preset: HardwareSpec, dims: int, *, timed: bool = False) -> di
         "roofline-enabled": 0 if timed else 1,
         "peak-perf": preset.gpu.peak_flops("bf16") / 1e12,  # TFLOPS, dense BF16
     }
+    if trace:
+        config["trace-enabled"] = 1
+    return config
 
 
 def network_dims(preset: HardwareSpec, world: int) -> netyml.NetworkDims:
@@ -143,14 +148,15 @@ def _check_user_network(path: Path, text: str, world: int) -> None:
 
 
 def build_configs(world: int, system: str | None = None, network: str | None = None, *,
-                  presets: dict[str, HardwareSpec], timed: bool = False) -> Configs:
+                  presets: dict[str, HardwareSpec], timed: bool = False, trace: bool = False) -> Configs:
     """The configs for a world of ``world`` ranks.
 
     ``system`` is a preset name (of ``presets``), a hardware file or a system.json
     path (default: the h100 preset); ``network`` a network yml path.  Without
     ``network`` the network comes from the system preset, or from the default preset
-    when ``system`` is a system.json.  ``timed``: the traces carry durations (see
-    :func:`system_config`).
+    when ``system`` is a system.json.  ``timed``: the traces carry durations;
+    ``trace``: log every node (see :func:`system_config`; a user's system.json gets
+    ``"trace-enabled": 1`` added).
     """
     system = system or DEFAULT_PRESET
     preset = resolve_preset(system, presets)
@@ -175,10 +181,12 @@ def build_configs(world: int, system: str | None = None, network: str | None = N
     if preset is None:
         sys_path, system_text = _read_user_file(system, "--system")
         _check_user_system(sys_path, system_text)
+        if trace:
+            system_text = json.dumps({**json.loads(system_text), "trace-enabled": 1}, indent=4) + "\n"
         system_source = f"file {sys_path}"
     else:
-        system_text = json.dumps(system_config(preset, dims_count, timed=timed), indent=4) + "\n"
+        system_text = json.dumps(system_config(preset, dims_count, timed=timed, trace=trace), indent=4) + "\n"
         system_source = f"preset {preset.name}"
 
     return Configs(system_text, network_text, json.dumps(MEMORY) + "\n",
-                   system_source, network_source)
+                   system_source, network_source, preset)

@@ -34,6 +34,7 @@ class SimPaths:
     system: Path
     network: Path
     memory: Path
+    logging: Path | None = None  # spdlog_setup TOML (the per-node timeline log)
 
 
 def find_binary(option: str | None, env: Mapping[str, str]) -> Path | None:
@@ -64,7 +65,7 @@ def argv(binary: str, paths: SimPaths) -> list[str]:
         f"--system-configuration={paths.system}",
         f"--network-configuration={paths.network}",
         f"--remote-memory-configuration={paths.memory}",
-    ]
+    ] + ([f"--logging-configuration={paths.logging}"] if paths.logging else [])
 
 
 def command_line(paths: SimPaths, binary: Path | None = None) -> str:

@@ -22,6 +22,15 @@ class TraceSet:
     world_size: int
     manifest: dict[str, Any] = field(default_factory=dict)
 
+    def log_estimate(self) -> int:
+        """Bytes the simulator's per-node log of this set would take (about
+        :data:`.timeline.LOG_BYTES_PER_NODE` per node of every rank; a trace file
+        holds some 60 bytes per node)."""
+        from .timeline import LOG_BYTES_PER_NODE
+
+        trace_bytes = sum(p.stat().st_size for p in self.root.glob(f"{TRACE_PREFIX}.*.et"))
+        return trace_bytes // 60 * LOG_BYTES_PER_NODE
+
     @property
     def timed(self) -> bool:
         """Whether ``stage generate --gpu`` wrote each compute node's duration."""

@@ -82,7 +82,8 @@ def test_fake_simulator_end_to_end(make_trace_set, fake_simulator, sample_stdout
                         f"--comm-group-configuration={root / 'comm_groups.json'}",
                         f"--system-configuration={work / 'system.json'}",
                         f"--network-configuration={work / 'network.yml'}",
-                        f"--remote-memory-configuration={work / 'memory.json'}"]
+                        f"--remote-memory-configuration={work / 'memory.json'}",
+                        f"--logging-configuration={work / 'logging.toml'}"]  # the per-node log
     results = json.loads((work / "results.json").read_text())
     assert results["summary"]["max_finish_time_ns"] == 207_616_180
     assert results["summary"]["deadlocked_ranks"] == []
