@@ -21,6 +21,7 @@ from .bounds import (DEFAULT_MAX_NODES, Extrapolated, check_lower_bound, check_m
 from .errors import StageError, TraceError, TraceReadError, TraceWriteError, UsageError
 from .ir.graph import Graph
 from .output import COMM_GROUPS, MANIFEST, check_target, staging
+from .parallel.inference import lower_inference
 from .parallel.lower import ClassReport, lower
 from .parallel.mesh import GroupTable, Mesh
 from .parallel.placement import ShardedGraph
@@ -29,6 +30,7 @@ from .parallel.propagate import propagate
 from .plugins import PluginHost
 from .rankset import ranks_text
 from .records import HardwareSpec, ModelSpec
+from .tasks import CONTEXT, DECODE, PREFILL, inference_graph
 from .timing import KernelTimer, time_programs
 from .trace import TraceJob, TraceSet
 
@@ -54,7 +56,7 @@ class Result:
     config: Any
     plan: Plan
     forward: Graph
-    training: Graph
+    training: Graph  # the graph the task runs: the training graph, or the prefill or decode graph
     sharded: ShardedGraph
     job: TraceJob
     reports: list[ClassReport]
@@ -136,21 +138,14 @@ def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[st
     check_world(plan, max_nodes)
     spec, config = resolve_model(host, model, overrides)
     check_model_size(spec, config)
-    seq_len = plan.seq_len or getattr(config, "seq_len", None)
-    if not seq_len:
-        raise UsageError(f"model {config.name} has no default sequence length; give --seq-len")
-    plan = plan.replace(seq_len=int(seq_len))
+    plan = resolve_lengths(plan, config)
     if plan.schedule not in {s.name for s in host.schedules()}:
         known = ", ".join(s.name for s in host.schedules())
         raise UsageError(f"--schedule {plan.schedule}: unknown schedule; known: {known}")
     strategies = _strategies(host, plan)
 
     forward = spec.build(config)
-    max_positions = forward.meta.get("max_positions")
-    if max_positions and plan.seq_len > max_positions:
-        raise UsageError(
-            f"--seq-len {plan.seq_len}: {config.name} has {max_positions} positions; give at most {max_positions}"
-        )
+    check_positions(plan, config.name, forward.meta.get("max_positions"))
     problems = []
     for s in strategies:
         problems += list(s.validate(forward, plan))
@@ -160,23 +155,28 @@ def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[st
     if set_limit is not None:
         check_lower_bound(len(forward.kernels()), plan, set_limit)
 
-    training = differentiate(forward, OptimizerConfig(state_dtype=plan.optimizer_dtype))
+    if plan.inference:
+        training = inference_graph(forward, plan.task)
+    else:
+        training = differentiate(forward, OptimizerConfig(state_dtype=plan.optimizer_dtype))
     mesh = Mesh.from_plan(plan)
     sharded = ShardedGraph(training, {a: plan.degree(a) for a in ("tp", "cp", "dp", "pp", "ep")})
     for s in strategies:
         sharded = s.apply(sharded, mesh, plan) or sharded
         sharded.applied.append(s.name)
     prop = propagate(sharded)
-    dims = dict(forward.dims)
-    # the graph is the whole job's micro-batch: dp splits b back to micro_batch_size per rank
-    dims.update(b=plan.micro_batch_size * plan.dp, s=plan.seq_len)
     schedule = next(s for s in host.schedules() if s.name == plan.schedule)
     timer = None
     if gpu is not None:
         model_spec = host.compute_model(gpu.gpu.compute_model, gpu.gpu.name)
         timer = KernelTimer(model_spec, gpu)
-    lowered = lower_within(lambda p: lower(prop, p, mesh, dims, schedule.order, gpu, timer), plan, set_limit,
-                           programs, schedule.order)
+    steps = step_dims(forward.dims, plan)
+    if plan.inference:  # lowered in full: every step and micro-batch of requests
+        lowered = lower_within(lambda p: lower_inference(prop, p, mesh, step_dims(forward.dims, p), schedule.order,
+                                                         gpu, timer), plan, set_limit)
+    else:
+        lowered = lower_within(lambda p: lower(prop, p, mesh, steps[0], schedule.order, gpu, timer), plan, set_limit,
+                               programs, schedule.order)
     groups = GroupTable(mesh, lowered.group_keys)
     manifest = make_manifest(config, plan, mesh.world_size, lowered.reports, lowered.stage_layers)
     programs = lowered.programs
@@ -189,6 +189,8 @@ def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[st
         manifest["compute_model"] = model_spec.name
         for rc, us in zip(manifest["rank_classes"], micros):
             rc["compute_time_us"] = us
+    if plan.inference:
+        manifest["inference"] = cache_summary(training, steps[-1])
     job = TraceJob(
         programs=programs,
         world_size=mesh.world_size,
@@ -201,6 +203,83 @@ def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[st
         name=config.name,
     )
     return Result(spec, config, plan, forward, training, sharded, job, lowered.reports, manifest)
+
+
+def resolve_lengths(plan: Plan, config) -> Plan:
+    """The plan with its token counts filled in: the model's sequence length by default;
+    decode computes one token per request and attends to --context-len (default: the
+    model's sequence length)."""
+    default = getattr(config, "seq_len", None)
+    if plan.task == DECODE:
+        if plan.seq_len is not None:
+            raise UsageError(f"--seq-len {plan.seq_len}: decode computes one new token per request; give the "
+                             f"tokens it attends to with --context-len")
+        context = plan.context_len or default
+        if not context:
+            raise UsageError(f"model {config.name} has no default sequence length; give --context-len")
+        return plan.replace(seq_len=1, context_len=int(context))
+    seq_len = plan.seq_len or default
+    if not seq_len:
+        raise UsageError(f"model {config.name} has no default sequence length; give --seq-len")
+    return plan.replace(seq_len=int(seq_len))
+
+
+def check_positions(plan: Plan, name: str, max_positions: int | None) -> None:
+    """Every token's position exists in the model (its rotary or learned position table)."""
+    if not max_positions:
+        return
+    if plan.task == DECODE:
+        last = plan.context_len + plan.decode_steps - 1
+        if last > max_positions:
+            steps = f" + --decode-steps {plan.decode_steps} - 1 = {last}" if plan.decode_steps > 1 else ""
+            most = max_positions - plan.decode_steps + 1
+            raise UsageError(f"--context-len {plan.context_len}{steps}: {name} has {max_positions} positions; "
+                             f"give --context-len at most {most}")
+    elif plan.seq_len > max_positions:
+        raise UsageError(
+            f"--seq-len {plan.seq_len}: {name} has {max_positions} positions; give at most {max_positions}"
+        )
+
+
+def step_dims(model_dims: Mapping[str, int], plan: Plan) -> list[dict[str, int]]:
+    """The dims each step binds, in order: one step, or one per decode step (context growing)."""
+    dims = dict(model_dims)
+    # the graph is the whole job's micro-batch: dp splits b back to micro_batch_size per rank
+    dims.update(b=plan.micro_batch_size * plan.dp, s=plan.seq_len)
+    if plan.task == DECODE:
+        return [{**dims, CONTEXT: plan.context_len + j} for j in range(plan.decode_steps)]
+    if plan.task == PREFILL:
+        dims[CONTEXT] = plan.seq_len
+    return [dims]
+
+
+def cache_summary(graph: Graph, dims: Mapping[str, int]) -> dict:
+    """What the inference cache holds per request: at the last step's context, all layers, unsharded."""
+    from .models import evaluate_sum
+
+    one = {**dims, "b": 1}
+    per_request = evaluate_sum([c.tensor.nbytes for c in graph.caches], one)
+    elements = evaluate_sum([c.tensor.numel for c in graph.caches], {**one, CONTEXT: 1})
+    layers = len({op.layer for op in graph.ops if op.fn == "cache_write"}) or 1
+    return {"task": graph.meta.get("task"), "context_len": dims[CONTEXT],
+            "kv_cache_bytes_per_request": per_request,
+            "kv_cache_elements_per_token": elements,
+            "kv_cache_elements_per_token_per_layer": elements // layers if elements % layers == 0 else elements / layers}
+
+
+def largest_batch(manifest: Mapping, gpu_memory: int) -> int:
+    """The most requests per data-parallel replica whose cache and working set fit beside
+    the weights in ``gpu_memory`` bytes on every rank (both grow with the requests)."""
+    plan = manifest["plan"]
+    requests = plan["micro_batch_size"] * plan["micro_batches"]
+    most = None
+    for rc in manifest["rank_classes"]:
+        mem = rc["memory_bytes"]
+        per_request = (mem.get("kv_cache", 0) + mem["activations"]) / requests
+        room = gpu_memory - mem["parameters"]
+        fits = 0 if room < 0 else int(room // per_request) if per_request else requests
+        most = fits if most is None else min(most, fits)
+    return most or 0
 
 
 def make_manifest(config, plan: Plan, world_size: int, reports: list[ClassReport],
@@ -217,7 +296,8 @@ def make_manifest(config, plan: Plan, world_size: int, reports: list[ClassReport
             "virtual_stages": plan.virtual_stages, "micro_batch_size": plan.micro_batch_size,
             "micro_batches": plan.micro_batches, "seq_len": plan.seq_len, "order": plan.order,
             "global_batch": plan.global_batch, "grad_dtype": plan.grad_dtype,
-            "optimizer_dtype": plan.optimizer_dtype, "stage_layers": list(stage_layers),
+            "optimizer_dtype": plan.optimizer_dtype, "stage_layers": list(stage_layers), "task": plan.task,
+            "context_len": plan.context_len, "decode_steps": plan.decode_steps,
         },
         "world_size": world_size,
         "rank_classes": [r.to_dict() for r in reports],

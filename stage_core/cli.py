@@ -19,7 +19,8 @@ from typing import Sequence
 
 from . import __version__, hardware
 from .bounds import BYTES_PER_NODE, DEFAULT_MAX_NODES
-from .api import DEFAULT_MODEL, DEFAULT_PLAN, check_output_dir, plan_job, read_trace_set, write_trace_set
+from .api import (DEFAULT_MODEL, DEFAULT_PLAN, check_output_dir, largest_batch, plan_job, read_trace_set,
+                  write_trace_set)
 from .errors import PluginError, StageError, TraceError, UsageError
 from .models import param_counts
 from .parallel.plan import CHOICES, COUNTS, DEFAULT_ORDER, Plan, divisors, flag, parse_stage_layers
@@ -28,6 +29,8 @@ from .rankset import parse_ranks, ranks_text
 from .records import PlanSpec
 
 PROG = "stage"
+#: memory per GPU for the largest inference batch when neither --gpu-memory nor --gpu gives it
+DEFAULT_GPU_MEMORY = 80 * 10**9
 
 
 class _Parser(argparse.ArgumentParser):
@@ -82,6 +85,14 @@ def _add_plan_flags(p: argparse.ArgumentParser, host: PluginHost | None) -> None
                         "compute, the embedding and the LM head counted as one layer each (default: an even split)")
     _choice_flag(g, "grad_dtype", "gradient buffers and their reduction (Megatron keeps fp32 main grads)")
     _choice_flag(g, "optimizer_dtype", "master weights, momentum and variance")
+    g = p.add_argument_group("task")
+    _choice_flag(g, "task", "train; prefill: the forward pass of the prompts, writing the KV cache; decode: one "
+                            "new token per request reading the KV cache")
+    g.add_argument("--context-len", type=int, metavar="C",
+                   help="decode: tokens each request attends to, its new one included (default: the model's "
+                        "sequence length)")
+    _count_flag(g, "decode_steps", "N", "decode: chain N steps in one trace, the context growing a token a step "
+                                        "(default 1)")
     g = p.add_argument_group("batch")
     g.add_argument("--seq-len", type=int, metavar="S", help="tokens per sequence (default: the model's)")
     _count_flag(g, "micro_batch_size", "b", "sequences per micro-batch (default 1)")
@@ -110,7 +121,7 @@ def _overrides(pairs: Sequence[str]) -> dict[str, str]:
 
 
 #: parsed keys that are not plan settings (a plan may name its hardware: --gpu)
-_NOT_PLAN = ("command", "run", "json", "plan")
+_NOT_PLAN = ("command", "run", "json", "plan", "gpu_memory")
 
 
 def with_plan_preset(args, spec: PlanSpec):
@@ -193,6 +204,7 @@ def plan_from_args(args, host: PluginHost | None = None) -> tuple[str, dict[str,
         micro_batches=base.micro_batches if micro_batches is None else micro_batches, order=given("order"),
         grad_dtype=given("grad_dtype"), optimizer_dtype=given("optimizer_dtype"),
         stage_layers=None if args.stage_layers is None else parse_stage_layers(args.stage_layers),
+        task=given("task"), context_len=args.context_len, decode_steps=given("decode_steps"),
     )
     return model, _overrides(args.set), plan, used_default
 
@@ -292,22 +304,35 @@ def _plan_text(plan: Plan) -> str:
     if plan.recompute != "none":
         parts.append(f"recompute={plan.recompute}")
     parts.append(f"mbs{plan.micro_batch_size}x{plan.micro_batches}")
-    parts.append(f"seq{plan.seq_len}")
+    if plan.task == "decode":
+        parts.append(f"decode ctx{plan.context_len}" + (f" x{plan.decode_steps} steps" if plan.decode_steps > 1 else ""))
+    else:
+        parts.append(f"seq{plan.seq_len}" + (f" {plan.task}" if plan.task != "train" else ""))
     return " ".join(parts)
+
+
+def _step_text(plan: Plan) -> str:
+    if plan.task == "decode" and plan.decode_steps > 1:
+        return f"trace of {plan.decode_steps} decode steps"
+    return f"{plan.task if plan.task != 'train' else 'training'} step"
 
 
 def cmd_report(host: PluginHost, args) -> int:
     args = with_named_plan(args, host)
     model, overrides, plan, _ = plan_from_args(args, host)
     gpu = _gpu(host, args)
+    gpu_memory = _gpu_memory(args, gpu)
     result = plan_job(host, model, overrides, plan, gpu, max_nodes=_max_nodes(args), programs=False)
-    if args.json:
-        print(json.dumps(result.manifest, indent=2))
-        return 0
     m = result.manifest
+    if "inference" in m:
+        m = {**m, "inference": {**m["inference"], "gpu_memory_bytes": gpu_memory,
+                                "largest_batch": largest_batch(m, gpu_memory)}}
+    if args.json:
+        print(json.dumps(m, indent=2))
+        return 0
     named = f"  (plan {args.plan_name})" if getattr(args, "plan_name", None) else ""
     print(f"{result.config.name}  {_plan_text(result.plan)}  world {m['world_size']}{named}  "
-          f"(per rank, per training step; FLOPs and bytes)")
+          f"(per rank, per {_step_text(result.plan)}; FLOPs and bytes)")
     if result.plan.pp > 1:
         print(f"layers per pipeline stage: {','.join(map(str, m['plan']['stage_layers']))}")
     for rc in m["rank_classes"]:
@@ -321,6 +346,8 @@ def cmd_report(host: PluginHost, args) -> int:
         if "compute_time_us" in rc:
             print(f"  compute   {rc['compute_time_us'] / 1e3:,.3f} ms on {m['hardware']['name']} "
                   f"({m['compute_model']} compute model)")
+    if "inference" in m:
+        _print_cache(m, result.plan)
     return 0
 
 
@@ -332,6 +359,33 @@ def _beside(memory: dict, hw) -> str:
     used = memory["total"] / 2**30
     verdict = "fits" if used <= capacity else "does NOT fit"
     return f"  = {used:.1f} GiB of the {hw.gpu.name}'s {capacity:g} GiB ({100 * used / capacity:.0f}%, {verdict})"
+
+
+def _gpu_memory(args, gpu) -> int:
+    """Bytes per GPU for the largest batch: --gpu-memory GB, else the --gpu's capacity, else 80 GB."""
+    if args.gpu_memory is not None:
+        if not args.gpu_memory > 0 or args.gpu_memory == float("inf"):
+            raise UsageError(f"--gpu-memory {args.gpu_memory:g}: must be a positive number of GB (e.g. 80)")
+        return int(args.gpu_memory * 1e9)
+    if gpu is not None and gpu.gpu.memory_gib:
+        return int(gpu.gpu.memory_gib * 2**30)
+    return DEFAULT_GPU_MEMORY
+
+
+def _print_cache(m: dict, plan: Plan) -> None:
+    inf = m["inference"]
+    requests = plan.micro_batch_size * plan.micro_batches
+    per_rank = max(rc["memory_bytes"]["kv_cache"] for rc in m["rank_classes"])
+    print(f"\nKV cache at context {inf['context_len']:,}: {inf['kv_cache_bytes_per_request']:,} bytes per request "
+          f"({inf['kv_cache_elements_per_token_per_layer']} elements per token per layer); "
+          f"{per_rank:,} bytes per rank for its {requests} request{'s' if requests != 1 else ''}")
+    most, gpu = inf["largest_batch"], _human(inf["gpu_memory_bytes"])
+    weights = max(rc["memory_bytes"]["parameters"] for rc in m["rank_classes"])
+    if most == 0:
+        print(f"largest batch in {gpu} per GPU: none (the weights take {_human(weights)} per rank)")
+    else:
+        print(f"largest batch in {gpu} per GPU: {most:,} requests per replica "
+              f"({most * plan.dp:,} over dp {plan.dp}), beside {_human(weights)} of weights per rank")
 
 
 def cmd_validate(host: PluginHost, args) -> int:
@@ -446,6 +500,9 @@ def build_parser(host: PluginHost | None) -> argparse.ArgumentParser:
     _add_plan_flags(p, host)
     _add_gpu_flag(p, host)
     p.add_argument("--json", action="store_true", help="print the manifest's JSON instead of a table")
+    p.add_argument("--gpu-memory", type=float, metavar="GB",
+                   help="prefill/decode: memory per GPU for the largest batch that fits (default: the --gpu's "
+                        "capacity, else 80 GB = 80e9 B)")
     p.set_defaults(run=cmd_report)
 
     p = sub.add_parser("validate", help="check a trace set (ids, dependencies, collectives, send/recv)")

@@ -59,7 +59,8 @@ class ToyConfig(ModelConfig):
 
 
 def build_toy(c: ToyConfig):
-    """A GPT-like model: learned nothing, tied embeddings, classic (or flash) attention, GeLU MLP."""
+    """A GPT-like model: learned nothing, tied embeddings, classic (or flash) attention (keys
+    and values declared as the inference cache), GeLU MLP."""
     d = c.hidden // c.heads
     g = GraphBuilder(c.name, dims={"h": c.hidden, "a": c.heads, "g": c.heads, "d": d, "f": c.ffn, "V": c.vocab},
                      dtype=c.dtype)
@@ -74,6 +75,7 @@ def build_toy(c: ToyConfig):
                            bias=g.param("attn.bqkv", ("g", 3, "d")))
             q, k, v = g.split(qkv, "bsgcd->bsgrd,bsgd,bsgd", [("b", "s", "g", 1, "d"), ("b", "s", "g", "d"),
                                                                  ("b", "s", "g", "d")], name="attn.split")
+            k, v = g.cache(k, name="attn.k_cache"), g.cache(v, name="attn.v_cache")  # what inference keeps
             with g.block("attn_core"):
                 if c.attention == "flash":
                     ctx = g.flash_attention(q, k, v, causal_flops=c.causal_flops, name="attn.flash")

@@ -165,7 +165,8 @@ def gqa_attention(
     ``q_norm`` and ``k_norm``: per head over d (weights [d]; ``qk_norm_span="head"``)
     or over all of q and all of k (weights [g, a/g, d] and [g, d]; ``"all"``, OLMo 2;
     under tensor parallel the kernels all-reduce their row statistics) -> with
-    ``rope`` RoPE on q and on k (ops named ``rope_names``) -> :func:`attention_core`
+    ``rope`` RoPE on q and on k (ops named ``rope_names``) -> k and v declared as the
+    KV cache (``k_cache``, ``v_cache``) -> :func:`attention_core`
     (``kind``, ``causal_flops``, ``dropout``, ``window``, ``softcap``) -> ``proj``
     (weight [g, a/g, d, h], no bias: add one in the residual kernel, as Megatron's
     bias-dropout-add does).
@@ -185,6 +186,8 @@ def gqa_attention(
         if rope:
             q = g.rope(q, name=rope_names[0])
             k = g.rope(k, name=rope_names[1])
+        k = g.cache(k, name="k_cache")
+        v = g.cache(v, name="v_cache")
     ctx = attention_core(g, q, k, v, kind=kind, causal_flops=causal_flops, dropout=dropout, prefix=prefix,
                          window=window, softcap=softcap)
     return output_projection(g, ctx, prefix=prefix)

@@ -21,7 +21,7 @@ import sympy as sp
 from .. import sym
 from ..errors import UsageError
 from . import kernels
-from .graph import Graph
+from .graph import CacheDecl, Graph
 from .ops import MATMUL, OTHER, Op, parse_spec
 from .tensor import Role, Tensor
 
@@ -55,6 +55,17 @@ def pair_terms(coeff, letters: str, kind: str, causal: bool, window: int | None)
     if causal:
         terms.append((-sp.nsimplify(coeff) / 2, banded.replace("s", WINDOW_LETTER), kind))
     return terms
+
+
+def flash_terms(vd: str, causal: bool, window: int | None, softcap) -> list[tuple]:
+    """The flash kernel's cost terms: Q·Kᵀ and P·V (value dim letter ``vd``), 2 FLOPs per
+    multiply-add each, and the softmax (with ``softcap``, the cap) per score."""
+    per_score = kernels.SOFTMAX[0] + (kernels.SOFTCAP[0] if softcap is not None else 0)
+    return [
+        *pair_terms(2, "bsgrdk", MATMUL, causal, window),  # Q·K^T
+        *pair_terms(2, f"bsgr{vd}k", MATMUL, causal, window),  # P·V
+        *pair_terms(per_score, "bgrsk", OTHER, causal, window),
+    ]
 
 
 #: the most ops a model graph may have (about 4,500 GPT layers; the largest published
@@ -121,6 +132,20 @@ class GraphBuilder:
         t = Tensor(self._name(name), tuple(shape), dtype or self.dtype, Role.PARAMETER, frozenset(tags))
         self.graph.params.append(t)
         return t
+
+    def cache(self, x: Tensor, *, name: str, seq_dim: str = "s") -> Tensor:
+        """Declare ``x`` (per-token values, e.g. an attention key after RoPE) as kept per
+        request between inference steps, and return it.
+
+        Training ignores the declaration; prefill writes ``x`` into the cache, decode
+        appends it and the readers of ``x`` read the whole cache
+        (:mod:`stage_core.tasks`).  ``seq_dim``: the dim of ``x`` the cache grows along.
+        """
+        pos = next((i for i, d in enumerate(x.shape) if getattr(d, "name", None) == seq_dim), None)
+        if pos is None:
+            raise ValueError(f"cache {name}: tensor {x.name} has no dim {seq_dim!r} to grow along")
+        self.graph.caches.append(CacheDecl(self._name(name), x, pos))
+        return x
 
     # ------------------------------------------------------------------ core op
     def op(
@@ -476,12 +501,7 @@ class GraphBuilder:
         if separate_value_dim is None:
             separate_value_dim = v.shape[-1] != k.shape[-1] and sp.expand(v.shape[-1] - k.shape[-1]) != 0
         vd = "v" if separate_value_dim else "d"
-        per_score = kernels.SOFTMAX[0] + (kernels.SOFTCAP[0] if softcap is not None else 0)
-        terms = [
-            *pair_terms(2, "bsgrdk", MATMUL, causal_flops, window),  # Q·K^T
-            *pair_terms(2, f"bsgr{vd}k", MATMUL, causal_flops, window),  # P·V
-            *pair_terms(per_score, "bgrsk", OTHER, causal_flops, window),
-        ]
+        terms = flash_terms(vd, causal_flops, window, softcap)
         attrs = {"flops_scale": scale, "causal_flops": bool(causal_flops)}
         if window is None:
             # ring attention (context parallel, TransformerEngine's p2p) streams the keys

@@ -12,6 +12,20 @@ from .ops import BACKWARD, FORWARD, OPTIMIZER, Op
 from .tensor import Role, Tensor
 
 
+@dataclass(frozen=True, eq=False)
+class CacheDecl:
+    """A tensor the model keeps per request between inference steps (a KV cache).
+
+    ``tensor`` holds the values one step computes for its tokens, with the sequence
+    at dim ``seq_dim``: a task that decodes appends them to a cache of ``ctx``
+    entries and has the tensor's readers read the whole cache instead.
+    """
+
+    name: str
+    tensor: Tensor
+    seq_dim: int
+
+
 @dataclass(eq=False)
 class Graph:
     """Ops in execution order, plus the tensors that enter and leave.
@@ -31,6 +45,8 @@ class Graph:
     meta: dict[str, Any] = field(default_factory=dict)
     grads: dict[Tensor, Tensor] = field(default_factory=dict)
     opt_state: dict[Tensor, tuple[Tensor, ...]] = field(default_factory=dict)
+    caches: list[CacheDecl] = field(default_factory=list)
+    feedback: dict[Tensor, Tensor] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ structure
     def producers(self) -> dict[Tensor, Op]:

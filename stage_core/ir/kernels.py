@@ -131,3 +131,11 @@ SSD_MASK = (4, 8)
 SSD_OUT = (4, 8)
 #   state passing, per state element and chunk: state = exp(dA_chunk)·state + new (2)
 SSD_PASS = (2, 4)
+
+# --------------------------------------------------------------------------- inference
+# Greedy sampling of the next token: one comparison per logit in a single arg-max pass
+# (as ROUTER_TOPK counts a selection); vocabulary-parallel, each rank also keeps its
+# best (value, index) and the group all-gathers them, SAMPLE_GATHER_BYTES per token
+# (an fp32 value and an int32 index).
+SAMPLE = 1
+SAMPLE_GATHER_BYTES = 8

@@ -25,6 +25,7 @@ class Role(str, Enum):
     GRADIENT = "gradient"
     OPTIMIZER_STATE = "optimizer_state"
     INPUT = "input"  # data fed to the step (token ids, labels)
+    CACHE = "cache"  # kept per request between inference steps (a KV cache)
 
 
 @dataclass(frozen=True, eq=False)

@@ -90,30 +90,38 @@ class Sizes:
     ⌈tokens·k·cf/E⌉ of its own tokens.
     """
 
-    def __init__(self, prop: Propagation, values: dict[str, int]):
+    def __init__(self, prop: Propagation, values: dict[str, int], evaluators=None):
         g = prop.sharded.graph
+        self.prop = prop
         self.degrees = prop.sharded.degrees
         slots = self._slot_sources(prop)
-        exprs: dict = {}
-        for op in prop.ops:
-            for e in op.letter_sizes.values():
-                exprs.setdefault(e, None)
-            for t in op.inputs + op.outputs:
+        if evaluators is None:
+            exprs: dict = {}
+            for op in prop.ops:
+                for e in op.letter_sizes.values():
+                    exprs.setdefault(e, None)
+                for t in op.inputs + op.outputs:
+                    for d in t.shape:
+                        exprs.setdefault(d, None)
+            for t in list(g.params) + list(g.inputs):
                 for d in t.shape:
                     exprs.setdefault(d, None)
-        for t in list(g.params) + list(g.inputs):
-            for d in t.shape:
-                exprs.setdefault(d, None)
-        keys = [e for e in exprs if e not in slots]
+            evaluators = (sym.Evaluator([e for e in exprs if e not in slots]), sym.Evaluator(list(slots)))
+        self.evaluators = evaluators
+        whole, fractions = evaluators
         try:
-            numbers = sym.Evaluator(keys)(values)
+            numbers = whole(values)
         except ValueError as exc:
             raise UsageError(f"model sizes do not come out whole for this plan: {exc}") from None
-        self.value: dict = dict(zip(keys, numbers))
-        for (e, (sources, dropless)), per_expert in zip(slots.items(), sym.Evaluator(list(slots)).fractions(values)):
+        self.value: dict = dict(zip(whole.exprs, numbers))
+        for (e, (sources, dropless)), per_expert in zip(slots.items(), fractions.fractions(values)):
             if not dropless:
                 per_expert = sources * -(-per_expert // sources)  # each source rank rounds its capacity up
             self.value[e] = per_expert.numerator if per_expert.denominator == 1 else per_expert
+
+    def at(self, values: dict[str, int]) -> "Sizes":
+        """The same sizes for another binding of the dims (compiled once)."""
+        return Sizes(self.prop, values, self.evaluators)
 
     def _slot_sources(self, prop: Propagation) -> dict:
         """The slot expression of each MoE dispatch -> (ranks whose tokens it gathers, dropless)."""

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from math import isqrt
 
 from ..errors import UsageError
+from ..tasks import DECODE, PREFILL, SERVE, TASKS, TRAIN
 
 AXES = ("tp", "cp", "ep", "dp", "pp")
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"
@@ -22,7 +23,7 @@ OPTIMIZER_DTYPES = ("fp32", "bf16")
 # plan field with a fixed list of values adds a row to CHOICES; a new count, to COUNTS.
 
 #: Plan fields that count something: positive integers
-COUNTS = ("dp", "tp", "pp", "cp", "ep", "virtual_stages", "micro_batch_size", "micro_batches")
+COUNTS = ("dp", "tp", "pp", "cp", "ep", "virtual_stages", "micro_batch_size", "micro_batches", "decode_steps")
 #: Plan fields whose value is one of a fixed list, and that list
 CHOICES: dict[str, tuple] = {
     "zero": ZERO_STAGES,
@@ -30,6 +31,7 @@ CHOICES: dict[str, tuple] = {
     "cp_comm": CP_COMM,
     "grad_dtype": GRAD_DTYPES,
     "optimizer_dtype": OPTIMIZER_DTYPES,
+    "task": TASKS,
 }
 
 
@@ -45,11 +47,16 @@ def is_count(value) -> bool:
 
 @dataclass(frozen=True)
 class Plan:
-    """How one training step is run across GPUs.
+    """How one step of a task is run across GPUs.
 
     The global batch is ``micro_batch_size * micro_batches * dp`` sequences of
     ``seq_len`` tokens; cp splits each sequence.  World size is ``tp*cp*dp*pp``; ep
     is carved out of ``dp*cp`` (Megatron-Core's expert view of the same ranks).
+
+    ``task`` (:mod:`stage_core.tasks`): ``train``; ``prefill`` (the batch is prompts
+    of ``seq_len`` tokens); ``decode`` (one new token per request, ``seq_len`` 1,
+    attending to ``context_len`` cached tokens, the new one included, over
+    ``decode_steps`` chained steps).
     """
 
     dp: int = 1
@@ -71,6 +78,13 @@ class Plan:
     bucket_params: int | None = None  # gradient bucket size in parameters; None = Megatron's default
     stage_layers: tuple[int, ...] | str | None = None  # layers per pipeline chunk, "auto", or None: even split
     cp_comm: str = "p2p"  # how attention meets the keys of other context-parallel ranks (CP_COMM)
+    task: str = TRAIN
+    context_len: int | None = None  # decode: tokens each request attends to at the first step
+    decode_steps: int = 1
+
+    @property
+    def inference(self) -> bool:
+        return self.task != TRAIN
 
     @property
     def world_size(self) -> int:
@@ -100,6 +114,7 @@ class Plan:
             value = getattr(self, name)
             if type(value) is not type(valid[0]) or value not in valid:
                 raise UsageError(f"{flag(name)} {value}: valid values are {', '.join(map(str, valid))}")
+        self.check_task()
         parts = self.order.split("-")
         if sorted(parts) != sorted(AXES):
             raise UsageError(
@@ -121,6 +136,29 @@ class Plan:
             raise UsageError(f"--zero {self.zero} shards model state over the data parallel ranks (dp x cp); it "
                              f"needs --dp or --cp above 1")
 
+    def check_task(self) -> None:
+        """The flags of a task that other tasks do not take, and the settings only training has."""
+        if self.context_len is not None and not is_count(self.context_len):
+            raise UsageError(f"--context-len {self.context_len}: must be a positive integer (1 or more)")
+        decoding = self.task in (DECODE, SERVE)
+        if self.decode_steps > 1 and not decoding:
+            raise UsageError(f"--decode-steps {self.decode_steps}: chains decode steps; it needs --task decode "
+                             f"(or serve), not {self.task}")
+        if self.context_len is not None and not decoding:
+            raise UsageError(f"--context-len {self.context_len}: the tokens a decode step attends to; it needs "
+                             f"--task decode (or serve); {self.task} uses --seq-len")
+        if self.task == TRAIN:
+            return
+        training_only = [(self.zero, f"--zero {self.zero}", "ZeRO shards gradients and optimizer state"),
+                         (self.recompute != "none", f"--recompute {self.recompute}", "recompute saves activations "
+                          "for backward"),
+                         (self.sp, "--sp", "sequence parallel saves training activations")]
+        for given, flag, why in training_only:
+            if given:
+                raise UsageError(f"{flag}: {why}; --task {self.task} has no backward (use --task train)")
+        if self.cp > 1 and self.task == DECODE:
+            raise UsageError(f"--cp {self.cp}: context parallel splits long prompts; it applies to --task "
+                             f"{PREFILL} (decode has one token per request)")
 
     def _check_stage_layers(self) -> None:
         value = self.stage_layers

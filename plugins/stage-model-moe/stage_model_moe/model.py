@@ -16,7 +16,7 @@ Layout (the conventions STAGE's parallel strategies read):
     split into the no-rope and rope parts, RoPE on the rope part, joined again as q
     [b,s,a,1,dn+dr]; ``attn.kv_a`` [h, rkv+dr] -> split into the latent c_kv [b,s,rkv]
     and the shared rope key k_pe [b,s,dr] -> ``attn.kv_a_norm`` (c_kv),
-    ``attn.k_rope`` (k_pe) -> ``attn.kv_b`` [rkv, a, dn+dv] -> split into k_nope and v
+    ``attn.k_rope`` (k_pe), both declared as the inference cache -> ``attn.kv_b`` [rkv, a, dn+dv] -> split into k_nope and v
     [b,s,a,dv]; k = k_nope joined with k_pe broadcast to every head -> attention core
     (q·k over dn+dr, v over dv) -> ``attn.proj`` [a, dv, h].  The heads dim ``a`` is
     kept on every per-head tensor so tensor parallel can shard it.
@@ -70,6 +70,7 @@ def build(config: MoEConfig) -> Graph:
         moe_layers=list(c.moe_layers),
         dense_layers=[i for i in range(c.layers) if not c.is_moe_layer(i)],
         kv_cache_elements_per_token_per_layer=c.kv_cache_elements_per_token_per_layer,
+        max_positions=c.max_positions,
         mtp_layers_not_built=c.mtp_layers,
     )
     x, labels, wte = blocks.embed(g, tags=RESIDUAL)
@@ -135,6 +136,9 @@ class _MLA:
         c_kv, k_pe = g.split(kv, "bsx->bsc,bsp", (shape["c_kv"], shape["k_pe"]), name="attn.kv_a_split")
         c_kv = blocks.norm(g, c_kv, "attn.kv_a_norm")
         k_pe = g.rope(k_pe, name="attn.k_rope")
+        # inference caches the normed latent and the rope key (rkv + dr per token), not K and V
+        c_kv = g.cache(c_kv, name="attn.latent_cache")
+        k_pe = g.cache(k_pe, name="attn.k_rope_cache")
         kv = g.einsum("bsc,cay->bsay", c_kv, g.param("attn.kv_b.weight", shape["w_kv_b"]), name="attn.kv_b")
         k_nope, v = g.split(kv, "bsay->bsan,bsav", (shape["k_nope"], shape["v"]), name="attn.kv_b_split")
         k = g.concat([k_nope, k_pe], "bsan,bsp->bsaz", shape["k"], name="attn.k_join")
