@@ -23,6 +23,7 @@ from .lower import Lowered, Lowerer, Sizes, _Program
 
 
 class InferenceLowerer(Lowerer):
+    model_flops_per_forward = 1  # inference runs the forward matmuls only
     def __init__(self, prop, plan, mesh, steps: list[dict[str, int]], schedule, hw=None, kernel_seconds=None):
         super().__init__(prop, plan, mesh, steps[-1], schedule, hw, kernel_seconds)
         self.step_sizes: list[Sizes] = [self.sizes.at(v) for v in steps[:-1]] + [self.sizes]

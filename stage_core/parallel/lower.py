@@ -350,6 +350,9 @@ class _Program:
 
 
 class Lowerer:
+    #: model FLOPs per forward matmul FLOP (Megatron: forward and backward, 3x the forward's)
+    model_flops_per_forward = 3
+
     def __init__(self, prop: Propagation, plan: Plan, mesh: Mesh, dims: dict[str, int], schedule=one_f_one_b,
                  hw: HardwareSpec | None = None, kernel_seconds=None):
         self.hw, self.kernel_seconds = hw, kernel_seconds
@@ -468,7 +471,7 @@ class Lowerer:
                 last = prog.coll(f"{tag}.{op.name}:{COMM_KEYS[kind]}.{axis}", kind, size, self.key(axis), (last,))
             out_deps = (last,)
         if phase == FORWARD:  # Megatron's model FLOPs: forward and backward matmuls, 3x the forward's
-            prog.model_flops += 3 * (prog.flops["matmul"] - matmul_before)
+            prog.model_flops += self.model_flops_per_forward * (prog.flops["matmul"] - matmul_before)
         for t, layout in zip(op.outputs, plan.out_layouts):
             versions[(t, self.lk(layout))] = out_deps
             versions[(t, None)] = out_deps

@@ -88,6 +88,7 @@ def test_decode_steps_grow_the_context_a_token_a_step(host):
     per_token = [24 * L * H * H + 4 * L * c * H + 2 * H * V for c in range(ctx, ctx + n)]
     assert one.reports[0].flops["matmul"] == b * per_token[0]
     assert steps.reports[0].flops["matmul"] == b * sum(per_token)
+    assert steps.reports[0].flops["model"] == steps.reports[0].flops["matmul"]  # no backward: 1x, not 3x
     # the cache is held at the last step's context
     assert steps.reports[0].memory_bytes["kv_cache"] == 2 * L * HEADS * D * 2 * b * (ctx + n - 1)
     assert steps.manifest["inference"]["context_len"] == ctx + n - 1
