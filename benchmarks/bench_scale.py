@@ -3,7 +3,9 @@
 Each configuration runs in a fresh process, the way `stage generate` does: plan,
 write every rank's file into a new folder, read the set back and validate it.  The
 table gives the phases (seconds), the wall time of the whole process (interpreter
-start included), ranks per second and microseconds per rank over that wall time,
+start included) and its CPU seconds (user and system, with the writer and reader
+processes: what it costs whatever the machine's load), ranks per second and
+microseconds per rank over that wall time,
 MB per second over the writing phase, and peak memory: of the main process, and of
 the whole process tree (main and writer processes together, sampled every 50 ms).
 
@@ -107,6 +109,7 @@ def measure(spec: dict, dp: int, out_dir: Path, workers: int | None) -> dict:
         if workers:
             cmd += ["--workers", str(workers)]
         load = os.getloadavg()[0]
+        used = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         peak = 0
@@ -125,8 +128,10 @@ def measure(spec: dict, dp: int, out_dir: Path, workers: int | None) -> dict:
         sampler.join()
         if proc.returncode:
             raise SystemExit(f"run failed ({proc.returncode}): {' '.join(cmd)}")
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the run and its workers
+        cpu = after.ru_utime + after.ru_stime - used.ru_utime - used.ru_stime
         r = json.loads(stdout.strip().splitlines()[-1])
-        r.update(wall_s=wall, rss_tree=peak, load=(load, os.getloadavg()[0]))
+        r.update(wall_s=wall, cpu_s=cpu, rss_tree=peak, load=(load, os.getloadavg()[0]))
         return r
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -162,7 +167,7 @@ def main() -> None:
     suites = list(SUITES) if args.suite == "all" else [args.suite]
     print(f"{os.cpu_count()} cores; sets written under {args.out_dir}; seconds, MB, GB")
     head = (f"{'ranks':>7} {'dp':>5} {'classes':>7} {'nodes':>12} {'MB':>8} {'plan':>6} {'write':>6} "
-            f"{'valid':>6} {'wall':>6} {'ranks/s':>8} {'us/rank':>8} {'MB/s':>6} {'RSS':>5} {'tree':>5} "
+            f"{'valid':>6} {'wall':>6} {'cpu':>6} {'ranks/s':>8} {'us/rank':>8} {'MB/s':>6} {'RSS':>5} {'tree':>5} "
             f"{'load':>9}" + (f" {'floor':>6}" if args.floor else ""))
     for suite in suites:
         print(f"\n{suite}")
@@ -175,7 +180,7 @@ def main() -> None:
                 r = measure(spec, dp, args.out_dir, args.workers)
                 mb = r["bytes"] / 1e6
                 line = (f"{r['ranks']:>7} {dp:>5} {r['classes']:>7} {r['nodes']:>12,} {mb:>8.0f} "
-                        f"{r['plan_s']:>6.2f} {r['write_s']:>6.2f} {r['validate_s']:>6.2f} {r['wall_s']:>6.2f} "
+                        f"{r['plan_s']:>6.2f} {r['write_s']:>6.2f} {r['validate_s']:>6.2f} {r['wall_s']:>6.2f} {r['cpu_s']:>6.1f} "
                         f"{r['ranks'] / r['wall_s']:>8.0f} {r['wall_s'] / r['ranks'] * 1e6:>8.0f} "
                         f"{mb / r['write_s']:>6.0f} {r['rss_main'] / 1e9:>5.2f} {r['rss_tree'] / 1e9:>5.2f} "
                         f"{r['load'][0]:>4.1f}-{r['load'][1]:<4.1f}")

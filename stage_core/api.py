@@ -341,7 +341,7 @@ def write_trace_set(host: PluginHost, result: Result, out: str | os.PathLike, fm
                 if isinstance(exc, StageError):
                     raise
                 raise TraceWriteError(f"the {backend.name} writer cannot write this job: {exc}") from exc
-        (tmp / COMM_GROUPS).write_text(json.dumps(result.job.comm_groups, indent=1) + "\n")
+        (tmp / COMM_GROUPS).write_text(comm_groups_json(result.job.comm_groups))
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         if validate and backend.read is not None:
             from .validate import validate as run_checks
@@ -352,6 +352,12 @@ def write_trace_set(host: PluginHost, result: Result, out: str | os.PathLike, fm
             if problems:
                 raise TraceError([str(p) for p in problems])
     return Path(out)
+
+
+def comm_groups_json(groups: Mapping[str, Sequence[int]]) -> str:
+    """``comm_groups.json``: one group a line (a 131,072-rank set has 24,704 groups)."""
+    lines = ",\n".join(f"{json.dumps(str(name))}: {json.dumps(list(members))}" for name, members in groups.items())
+    return "{\n" + lines + "\n}\n" if lines else "{}\n"
 
 
 #: ``progress(label, total)`` -> a context manager yielding ``update(n)``

@@ -210,3 +210,13 @@ def test_progress_bar_draws_on_a_terminal_only(monkeypatch, stream, shown):
         update(4)
         update(6)
     assert ("writing:" in stream.getvalue() and "/10 [" in stream.getvalue()) == shown
+
+
+def test_comm_groups_json_holds_one_group_a_line(host, capsys, tmp_path):
+    out = tmp_path / "set"
+    assert run(host, capsys, "generate", "--model", "toy", "--dp", "4", "--format", "jsonl", "-o", str(out))[0] == 0
+    text = (out / "comm_groups.json").read_text()
+    groups = json.loads(text)
+    assert text.splitlines() == ["{", *[f'"{k}": {json.dumps(v)}' + ("," if i < len(groups) - 1 else "")
+                                        for i, (k, v) in enumerate(groups.items())], "}"]
+    assert groups == {"1": [0, 1, 2, 3]}  # the toy model on dp 4: one data-parallel group
