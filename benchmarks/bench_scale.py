@@ -22,7 +22,11 @@ Suites:
         [--out-dir DIR] [--repeat N] [--workers N] [--floor]
 
 ``--floor`` also times creating as many empty files in a new folder of ``--out-dir``:
-what this machine's file system alone costs.  Sets are deleted after each run.
+what this machine's file system alone costs.  ``--prototype DIR`` (a checkout of
+github astra-sim/stage, with ``--prototype-python``: an interpreter with its
+requirements) also runs the prototype's ``main.py`` on each configuration of the
+``prototype`` suite, right after STAGE, and prints its wall and CPU seconds and how
+many times longer it took.  Sets are deleted after each run.
 """
 
 from __future__ import annotations
@@ -137,6 +141,24 @@ def measure(spec: dict, dp: int, out_dir: Path, workers: int | None) -> dict:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def run_prototype(checkout: Path, python: str, dp: int, out_dir: Path) -> tuple[float, float]:
+    """(wall, CPU) seconds of the prototype on the ``prototype`` suite's configuration."""
+    folder = Path(tempfile.mkdtemp(prefix="stage-bench-prototype-", dir=out_dir))
+    try:
+        cmd = [python, "main.py", "--output_dir", str(folder), "--output_name", "workload.%d.et",
+               "--dp", str(dp), "--tp", "8", "--pp", "4", "--num_stacks", "32", "--batch", str(dp),
+               "--seq", "1024", "--dmodel", "8192", "--dff", "28672", "--head", "64", "--kvhead", "8",
+               "--dvocal", "32000"]
+        used = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        subprocess.run(cmd, cwd=checkout, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return wall, after.ru_utime + after.ru_stime - used.ru_utime - used.ru_stime
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def create_floor(n: int, out_dir: Path) -> float:
     """Seconds to create ``n`` empty files in a new folder of ``out_dir``."""
     folder = Path(tempfile.mkdtemp(prefix="stage-bench-floor-", dir=out_dir))
@@ -158,6 +180,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--workers", type=int, default=None, help="writer processes (default: one per core)")
     ap.add_argument("--floor", action="store_true", help="also time creating as many empty files")
+    ap.add_argument("--prototype", type=Path, help="a checkout of github astra-sim/stage to time as well")
+    ap.add_argument("--prototype-python", default=sys.executable, help="the interpreter for --prototype")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -187,6 +211,10 @@ def main() -> None:
                 if args.floor:
                     line += f" {create_floor(r['ranks'], args.out_dir):>6.2f}"
                 print(line, flush=True)
+                if args.prototype and suite == "prototype":
+                    wall, cpu = run_prototype(args.prototype, args.prototype_python, dp, args.out_dir)
+                    print(f"{'':>7} prototype: wall {wall:.2f} s, cpu {cpu:.1f} s: "
+                          f"x{wall / r['wall_s']:.1f} STAGE's wall, x{cpu / r['cpu_s']:.1f} its CPU", flush=True)
 
 
 if __name__ == "__main__":
