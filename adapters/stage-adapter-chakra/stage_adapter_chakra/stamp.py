@@ -35,7 +35,7 @@ from .errors import ChakraWriteError
 
 
 @dataclass(slots=True)
-class _Record:
+class Record:
     """A template: ``statics[0] + value(slots[0]) + statics[1] + ...``, framed."""
 
     statics: tuple[bytes, ...]
@@ -47,7 +47,7 @@ class _Record:
 class Stamp:
     """A compiled program: fixed pieces, templates, and the distinct slots they use."""
 
-    runs: list[bytes | _Record]  # the file body in order
+    runs: list[bytes | Record]  # the file body in order
     slots: tuple[Slot, ...]  # distinct slots, in first-use order
     prefix: Callable[[int], bytes]
     uses: Callable[[tuple], tuple] = field(init=False)  # slot values, in occurrence order
@@ -55,7 +55,7 @@ class Stamp:
     _fixed: dict[tuple[int, ...], list[bytes]] = field(default_factory=dict)
 
     def __post_init__(self):
-        order = [k for run in self.runs if isinstance(run, _Record) for k in run.slots]
+        order = [k for run in self.runs if isinstance(run, Record) for k in run.slots]
         self.count = len(order)
         if not order:
             self.uses = lambda values: ()
@@ -71,7 +71,7 @@ class Stamp:
         if fixed is None:
             fixed, run = [], []
             for item in self.runs:
-                if not isinstance(item, _Record):
+                if not isinstance(item, Record):
                     run.append(item)
                     continue
                 run += (self.prefix(item.size + sum(lengths[k] for k in item.slots)), item.statics[0])
@@ -96,7 +96,7 @@ class Stamp:
 
 def compile_program(program: RankProgram, enc) -> Stamp:
     """Encode the rank-independent part of ``program``'s file once."""
-    runs: list[bytes | _Record] = [enc.header]
+    runs: list[bytes | Record] = [enc.header]
     slots: dict[Slot, int] = {}
     for i, node in enumerate(program.nodes):
         if i:
@@ -118,12 +118,17 @@ def compile_program(program: RankProgram, enc) -> Stamp:
             else:
                 run.append(tok)
         statics.append(b"".join(run))
-        runs.append(_Record(tuple(statics), tuple(used), sum(map(len, statics))))
+        runs.append(Record(tuple(statics), tuple(used), sum(map(len, statics))))
     runs.append(enc.footer)
-    merged: list[bytes | _Record] = []  # neighbouring fixed pieces joined
+    return Stamp(merge_runs(runs), tuple(slots), enc.prefix)
+
+
+def merge_runs(runs: list[bytes | Record]) -> list[bytes | Record]:
+    """``runs`` with each stretch of fixed pieces between two templates joined."""
+    merged: list[bytes | Record] = []
     pending: list[bytes] = []
     for run in runs:
-        if isinstance(run, _Record):
+        if isinstance(run, Record):
             if pending:
                 merged.append(b"".join(pending))
                 pending = []
@@ -132,4 +137,4 @@ def compile_program(program: RankProgram, enc) -> Stamp:
             pending.append(run)
     if pending:
         merged.append(b"".join(pending))
-    return Stamp(merged, tuple(slots), enc.prefix)
+    return merged

@@ -40,7 +40,7 @@ from stage_core.trace import RANK_ATTRS, StampedNodes, TraceNode
 from . import schema, wire
 from .convert import LIST_KINDS, attr_value
 from .records import NodeDecoder, _layout
-from .stamp import Stamp, _Record
+from .stamp import Stamp, Record, merge_runs
 
 #: templates kept (one per class being read) and the file bytes they may hold
 MAX_TEMPLATES = 64
@@ -271,20 +271,8 @@ def _template(data: bytes, pos: int, nodes: list[TraceNode]) -> _Template | None
         statics.append(record[last:])
         if head is None:
             head = data[:starts[index]]
-        runs.append(_Record(tuple(statics), tuple(used), sum(map(len, statics))))
-    merged: list[Any] = []
-    pending: list[bytes] = []
-    for run in runs:
-        if isinstance(run, _Record):
-            if pending:
-                merged.append(b"".join(pending))
-                pending = []
-            merged.append(run)
-        elif run:
-            pending.append(run)
-    if pending:
-        merged.append(b"".join(pending))
-    stamp = Stamp(merged, tuple(entries), wire.varint)
+        runs.append(Record(tuple(statics), tuple(used), sum(map(len, statics))))
+    stamp = Stamp(merge_runs(runs), tuple(entries), wire.varint)
     template = _Template(stamp, tuple(entries), names, occurrences, nodes, record_of, len(data),
                          data[:pos] if head is None else head)
     if stamp.file(tuple(entries)) != data:  # (the pieces must make the file again)
