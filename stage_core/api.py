@@ -20,6 +20,7 @@ from .bounds import (DEFAULT_MAX_NODES, Extrapolated, check_lower_bound, check_m
                      lower_within)
 from .errors import StageError, TraceError, TraceReadError, TraceWriteError, UsageError
 from .ir.graph import Graph
+from .models import hf_import_of, keep_hf_import
 from .output import COMM_GROUPS, MANIFEST, check_target, staging
 from .parallel.inference import lower_inference
 from .parallel.lower import ClassReport, lower
@@ -93,15 +94,19 @@ def resolve_model(host: PluginHost, model: str, overrides: Mapping[str, str] | N
                 f"supported model_types: {types}{host.broken_hint()}"
             )
         spec = host.family(config.family)
+        record = hf_import_of(config)
+        if record is not None:
+            record["source"] = str(path)
     else:
         spec, config = host.preset(model)
     if overrides:
         if hasattr(config, "with_overrides"):
-            config = config.with_overrides(dict(overrides))
+            changed = config.with_overrides(dict(overrides))
         else:
             merged = dict(config.to_dict())
             merged.update(overrides)
-            config = spec.from_dict(merged)
+            changed = spec.from_dict(merged)
+        config = keep_hf_import(config, changed)
     return spec, config
 
 
@@ -301,6 +306,7 @@ def make_manifest(config, plan: Plan, world_size: int, reports: list[ClassReport
         },
         "world_size": world_size,
         "rank_classes": [r.to_dict() for r in reports],
+        **({"hf_import": hf_import_of(config)} if hf_import_of(config) is not None else {}),
     }
 
 

@@ -335,6 +335,8 @@ def cmd_report(host: PluginHost, args) -> int:
           f"(per rank, per {_step_text(result.plan)}; FLOPs and bytes)")
     if result.plan.pp > 1:
         print(f"layers per pipeline stage: {','.join(map(str, m['plan']['stage_layers']))}")
+    if m.get("hf_import", {}).get("ignored_keys"):
+        print(f"{m['hf_import']['source']}: keys not modelled (ignored): {', '.join(m['hf_import']['ignored_keys'])}")
     for rc in m["rank_classes"]:
         print(f"\nranks {_ranks_text(rc['ranks'])}")
         f = rc["flops"]

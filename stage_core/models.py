@@ -305,6 +305,22 @@ def check_at_most(cfg, field: str, limit: str, why: str = "") -> None:
 # ---------------------------------------------------------------------- Hugging Face config.json
 HF_LABEL = "config.json"
 _REQUIRED: Any = object()
+#: the attribute :meth:`HFKeys.make` leaves on a config it made (not a field: it does not
+#: change the config's value, its dict or a round trip)
+HF_IMPORT_ATTR = "_hf_import"
+
+
+def hf_import_of(config) -> dict[str, Any] | None:
+    """How ``config`` came from a config.json: ``{"source", "model_type", "ignored_keys"}``, or ``None``."""
+    return getattr(config, HF_IMPORT_ATTR, None)
+
+
+def keep_hf_import(source, config):
+    """``config`` (a changed copy of ``source``, e.g. after ``--set``) with ``source``'s import record."""
+    record = hf_import_of(source)
+    if record is not None and hf_import_of(config) is None:
+        object.__setattr__(config, HF_IMPORT_ATTR, record)
+    return config
 
 
 def load_hf_config(source: Mapping[str, Any] | str | os.PathLike) -> tuple[Mapping[str, Any], str]:
@@ -347,6 +363,8 @@ class HFKeys:
     def __init__(self, data: Mapping[str, Any], label: str = HF_LABEL):
         self.data = data
         self.label = label
+        self._read: set[str] = {"model_type"}  # it chose the family
+        self._children: dict[str, "HFKeys"] = {}
 
     @classmethod
     def load(cls, source: Mapping[str, Any] | str | os.PathLike) -> "HFKeys":
@@ -355,15 +373,35 @@ class HFKeys:
 
     @property
     def model_type(self):
+        self._read.add("model_type")
         return self.data.get("model_type")
 
     @property
     def model_name(self) -> str:
         """``_name_or_path``, or ``hf-<model_type>``: the name of a config imported from here."""
+        self._read.add("_name_or_path")
         return str(self.data.get("_name_or_path") or f"hf-{self.model_type}")
 
     def get(self, key: str, default: Any = None) -> Any:
+        self._read.add(key)
         return self.data.get(key, default)
+
+    def child(self, key: str) -> "HFKeys":
+        """The object at ``key`` (Gemma 3's ``text_config``) as a reader of its own, labelled
+        ``<label> <key>``; its unread keys count as ``<key>.<name>`` in :meth:`ignored`."""
+        value = self.data.get(key)
+        if not isinstance(value, Mapping):
+            self.fail(key, "expected an object of keys")
+        self._children[key] = HFKeys(value, f"{self.label} {key}")
+        return self._children[key]
+
+    def ignored(self) -> tuple[str, ...]:
+        """The keys of the config.json nothing read: what STAGE does not model (dropout,
+        rope scaling, initializers, token ids...), sorted; a child's as ``<key>.<name>``."""
+        out = [str(k) for k in self.data if k not in self._read and k not in self._children]
+        for key, child in self._children.items():
+            out += [f"{key}.{k}" for k in child.ignored()]
+        return tuple(sorted(out))
 
     def fail(self, key: str, message: str) -> typing.NoReturn:
         """Raise ``<label>: key '<key>'=<value>: <message>``."""
@@ -372,23 +410,28 @@ class HFKeys:
     def int(self, key: str, default: Any = _REQUIRED, *, minimum: int = 1, or_keys: tuple[str, ...] = ()):
         """The integer at ``key`` (>= ``minimum``; a bool is not an integer).
 
-        ``or_keys``: older names read when ``key`` is absent or null.  Without a
+        ``or_keys``: older names read when ``key`` is absent or null (checked whenever
+        present).  Without a
         ``default`` the key is required; with one, an absent or null key gives it.
         """
-        for k in (key, *or_keys):
+        self._read.update((key, *or_keys))
+        found = None
+        for k in (key, *or_keys):  # every name present must be valid; the first one counts
             value = self.data.get(k)
             if value is None:
                 continue
             if not _is_int(value) or value < minimum:
                 self.fail(k, "expected a positive integer" if minimum == 1 else f"expected an integer >= {minimum}")
-            return value
+            found = value if found is None else found
+        if found is not None:
+            return found
         if default is _REQUIRED:
             raise UsageError(f"{self.label}: required key {key!r} is missing (model_type {self.model_type!r})")
         return default
 
     def number(self, key: str, default: float) -> float:
         """The positive finite number (int or float) at ``key``; absent or null: ``default``."""
-        value = self.data.get(key)
+        value = self.get(key)
         if value is None:
             return default
         if not is_positive_number(value):
@@ -397,7 +440,7 @@ class HFKeys:
 
     def bool(self, key: str, default: bool) -> bool:
         """The JSON ``true``/``false`` at ``key``; absent or null: ``default``."""
-        value = self.data.get(key)
+        value = self.get(key)
         if value is None:
             return default
         if not isinstance(value, bool):
@@ -406,7 +449,7 @@ class HFKeys:
 
     def index_list(self, key: str) -> tuple[int, ...]:
         """A list of integers >= 0 (layer indices) at ``key``; absent or null: empty."""
-        value = self.data.get(key) or []
+        value = self.get(key) or []
         if not isinstance(value, list) or any(not _is_int(v) or v < 0 for v in value):
             self.fail(key, "expected a list of layer indices")
         return tuple(value)
@@ -416,7 +459,7 @@ class HFKeys:
 
         Its keys must be among ``valid`` (config field names); absent: ``{}``.
         """
-        section = self.data.get("stage")
+        section = self.get("stage")
         if section is None:
             return {}
         keys = ", ".join(valid) or "none"
@@ -429,13 +472,26 @@ class HFKeys:
             )
         return dict(section)
 
-    def make(self, config_class, fields: Mapping[str, Any]):
+    def make(self, config_class, fields: Mapping[str, Any], keys: Mapping[str, str] | None = None):
         """``config_class(**fields)`` with the config.json's ``"stage"`` object applied over
-        ``fields`` (keys from ``config_class.hf_stage_keys()``), its :class:`UsageError`
-        prefixed with the label."""
-        keys = config_class.hf_stage_keys() if hasattr(config_class, "hf_stage_keys") else ()
-        fields = {**fields, **self.stage_section(keys)}
+        ``fields`` (keys from ``config_class.hf_stage_keys()``).
+
+        A :class:`UsageError` of the config's own checks comes back prefixed with the label
+        and, when it is about a field ``keys`` maps to a config.json key (``{"ssm_groups":
+        "n_groups"}``), naming that key first.  The config records what was read and what
+        was not (:func:`hf_import_of`: the keys this config.json has that nothing modelled).
+        """
+        stage_keys = config_class.hf_stage_keys() if hasattr(config_class, "hf_stage_keys") else ()
+        fields = {**fields, **self.stage_section(stage_keys)}
         try:
-            return config_class(**fields)
+            config = config_class(**fields)
         except UsageError as exc:
-            raise UsageError(f"{self.label}: {exc}") from None
+            message = str(exc)
+            field = message.removeprefix(f"{config_class.__name__} ").split("=", 1)[0]
+            key = (keys or {}).get(field)
+            if key is not None and message.startswith(f"{config_class.__name__} {field}="):
+                message = f"key {key!r}: {message}"
+            raise UsageError(f"{self.label}: {message}") from None
+        object.__setattr__(config, HF_IMPORT_ATTR, {"source": self.label, "model_type": self.data.get("model_type"),
+                                                    "ignored_keys": list(self.ignored())})
+        return config

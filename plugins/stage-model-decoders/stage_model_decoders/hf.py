@@ -51,6 +51,12 @@ FAMILY_FIELDS = {
     "olmo2": dict(norm_placement="post", mlp_act="swiglu", embed_scale=False, qk_norm="all"),
 }
 ACTIVATIONS = {"geglu": GELU_TANH, "swiglu": SILU}
+#: the config.json key behind each field a config check may name
+FIELD_KEYS = {"layers": "num_hidden_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
+              "kv_heads": "num_key_value_heads", "head_dim": "head_dim", "ffn_hidden": "intermediate_size",
+              "vocab_size": "vocab_size", "max_positions": "max_position_embeddings",
+              "sliding_window": "sliding_window", "attn_softcap": "attn_logit_softcapping",
+              "final_softcap": "final_logit_softcapping", "tie_embeddings": "tie_word_embeddings"}
 #: transformers' Gemma3TextConfig defaults, which published gemma3 text_config objects leave out
 GEMMA3_TEXT_DEFAULTS = {"vocab_size": 262_208, "max_position_embeddings": 131_072, "sliding_window": 4096}
 
@@ -61,12 +67,7 @@ def config_from_hf(source: Mapping[str, Any] | str | os.PathLike) -> DecoderConf
     if top.model_type not in MODEL_TYPES:
         return None
     family = "gemma3" if top.model_type.startswith("gemma3") else top.model_type
-    r = top
-    if top.model_type == "gemma3":  # the multimodal config: its text decoder
-        text = top.get("text_config")
-        if not isinstance(text, Mapping):
-            top.fail("text_config", "a gemma3 config.json holds its decoder's keys in an object 'text_config'")
-        r = HFKeys(text, f"{top.label} text_config")
+    r = top.child("text_config") if top.model_type == "gemma3" else top  # the multimodal config's decoder
 
     hidden = r.int("hidden_size")
     heads = r.int("num_attention_heads")
@@ -113,7 +114,7 @@ def config_from_hf(source: Mapping[str, Any] | str | os.PathLike) -> DecoderConf
         r.fail("layer_types", "names sliding_attention layers but there is no sliding_window")
     if family == "olmo2" and fields["sliding_window"] is not None:
         r.fail("sliding_window", "OLMo 2 has no local attention; valid: null")
-    return top.make(DecoderConfig, fields)
+    return top.make(DecoderConfig, fields, keys=FIELD_KEYS)
 
 
 def _default(defaults: Mapping[str, Any], key: str) -> dict:

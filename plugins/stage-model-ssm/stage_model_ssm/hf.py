@@ -36,6 +36,19 @@ ARCHITECTURES = {"mamba2": "Mamba2ForCausalLM", "nemotron_h": "NemotronHForCausa
 DEFAULT_SEQ_CAP = 8192
 MAMBA2_SEQ_LEN = 2048
 BLOCK_TYPES = {kind: ch for ch, kind in LAYER_KINDS.items()}
+#: the config.json key behind each field a config check may name
+FIELD_KEYS = {
+    "mamba2": {"hidden": "hidden_size", "vocab_size": "vocab_size", "ssm_heads": "num_heads",
+               "ssm_head_dim": "head_dim", "ssm_groups": "n_groups", "ssm_state": "state_size",
+               "conv_kernel": "conv_kernel", "chunk_size": "chunk_size", "pattern": "num_hidden_layers"},
+    "nemotron_h": {"hidden": "hidden_size", "vocab_size": "vocab_size", "ssm_heads": "mamba_num_heads",
+                   "ssm_head_dim": "mamba_head_dim", "ssm_groups": "n_groups", "ssm_state": "ssm_state_size",
+                   "conv_kernel": "conv_kernel", "chunk_size": "chunk_size", "heads": "num_attention_heads",
+                   "kv_heads": "num_key_value_heads", "head_dim": "attention_head_dim",
+                   "ffn_hidden": "intermediate_size", "experts": "n_routed_experts",
+                   "experts_per_token": "num_experts_per_tok", "expert_ffn_hidden": "moe_intermediate_size",
+                   "max_positions": "max_position_embeddings", "pattern": "hybrid_override_pattern"},
+}
 
 
 def config_from_hf(source: Mapping[str, Any] | str | os.PathLike) -> HybridConfig | None:
@@ -47,7 +60,8 @@ def config_from_hf(source: Mapping[str, Any] | str | os.PathLike) -> HybridConfi
         fields = _mamba2(r)
     else:
         fields = _nemotron_h(r)
-    return r.make(HybridConfig, {"name": r.model_name, "family": r.model_type, **fields})
+    return r.make(HybridConfig, {"name": r.model_name, "family": r.model_type, **fields},
+                  keys=FIELD_KEYS[r.model_type])
 
 
 def _flag(r: HFKeys, key: str, default: bool, required: bool, what: str) -> None:
