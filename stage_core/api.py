@@ -23,7 +23,7 @@ from .ir.graph import Graph
 from .models import hf_import_of, keep_hf_import
 from .output import COMM_GROUPS, MANIFEST, check_target, staging
 from .parallel.inference import lower_inference
-from .parallel.lower import ClassReport, lower
+from .parallel.lower import ClassReport, Lowered, lower
 from .parallel.mesh import GroupTable, Mesh
 from .parallel.placement import ShardedGraph
 from .parallel.plan import Plan
@@ -62,6 +62,7 @@ class Result:
     job: TraceJob
     reports: list[ClassReport]
     manifest: dict
+    lowered: Lowered | None = None  # what lowering gave (an inference task's spans and cache layouts)
 
 
 # --------------------------------------------------------------------------- model
@@ -207,7 +208,7 @@ def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[st
         manifest=manifest,
         name=config.name,
     )
-    return Result(spec, config, plan, forward, training, sharded, job, lowered.reports, manifest)
+    return Result(spec, config, plan, forward, training, sharded, job, lowered.reports, manifest, lowered)
 
 
 def resolve_lengths(plan: Plan, config) -> Plan:

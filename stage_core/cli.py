@@ -27,6 +27,8 @@ from .parallel.plan import CHOICES, COUNTS, DEFAULT_ORDER, Plan, divisors, flag,
 from .plugins import PluginHost
 from .rankset import parse_ranks, ranks_text
 from .records import PlanSpec
+from .serve import parse_side, plan_serve, side_plans
+from .tasks import SERVE
 
 PROG = "stage"
 #: memory per GPU for the largest inference batch when neither --gpu-memory nor --gpu gives it
@@ -93,6 +95,13 @@ def _add_plan_flags(p: argparse.ArgumentParser, host: PluginHost | None) -> None
                         "sequence length)")
     _count_flag(g, "decode_steps", "N", "decode: chain N steps in one trace, the context growing a token a step "
                                         "(default 1)")
+    g.add_argument("--prefill-ranks", type=int, metavar="P", help="serve: ranks 0..P-1 run prefill")
+    g.add_argument("--decode-ranks", type=int, metavar="D", help="serve: the next D ranks run decode")
+    g.add_argument("--prefill-plan", metavar="KEY=VALUE,...",
+                   help="serve: the prefill side's own tp, pp, dp, cp, cp-comm, ep, micro-batch-size, "
+                        "micro-batches over the main flags (dp: its ranks over tp x cp x pp by default)")
+    g.add_argument("--decode-plan", metavar="KEY=VALUE,...",
+                   help="serve: the decode side's own settings, as --prefill-plan (no cp)")
     g = p.add_argument_group("batch")
     g.add_argument("--seq-len", type=int, metavar="S", help="tokens per sequence (default: the model's)")
     _count_flag(g, "micro_batch_size", "b", "sequences per micro-batch (default 1)")
@@ -121,7 +130,8 @@ def _overrides(pairs: Sequence[str]) -> dict[str, str]:
 
 
 #: parsed keys that are not plan settings (a plan may name its hardware: --gpu)
-_NOT_PLAN = ("command", "run", "json", "plan", "gpu_memory")
+_NOT_PLAN = ("command", "run", "json", "plan", "gpu_memory", "prefill_ranks", "decode_ranks", "prefill_plan",
+             "decode_plan")
 
 
 def with_plan_preset(args, spec: PlanSpec):
@@ -256,10 +266,10 @@ def cmd_generate(host: PluginHost, args) -> int:
     out = Path(args.output)
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers {args.workers}: must be a positive integer (processes writing files)")
-    ranks = None if args.ranks is None else parse_ranks(args.ranks, plan.world_size)
+    ranks = None if args.ranks is None or plan.task == SERVE else parse_ranks(args.ranks, plan.world_size)
     gpu = _gpu(host, args)
     start = time.perf_counter()
-    result = plan_job(host, model, overrides, plan, gpu, max_nodes=_max_nodes(args))
+    result = _plan_task(host, args, model, overrides, plan, gpu, max_nodes=_max_nodes(args))
     world = result.job.world_size
     write_trace_set(host, result, args.output, args.format, validate=not args.no_validate, ranks=ranks,
                     workers=args.workers, progress=None if args.quiet else progress_bar)
@@ -274,8 +284,10 @@ def cmd_generate(host: PluginHost, args) -> int:
         what += " (the default job)"
     check = "" if args.no_validate else ", validated"
     count = f"{world} traces" if ranks is None else f"{written} of {world} traces (ranks {ranks_text(ranks)})"
-    print(f"wrote {count} ({what}; {len(result.job.programs)} rank class"
-          f"{'es' if len(result.job.programs) != 1 else ''}, {nodes:,} nodes) to {out}/ in {seconds:.2f} s{check}")
+    classes = len(result.job.programs)
+    print(f"wrote {count} ({what}; {classes} {'rank class' if plan.task != SERVE else 'program'}"
+          f"{'es' if classes != 1 and plan.task != SERVE else 's' if classes != 1 else ''}, {nodes:,} nodes) "
+          f"to {out}/ in {seconds:.2f} s{check}")
     if gpu is not None:
         longest = max(rc["compute_time_us"] for rc in result.manifest["rank_classes"])
         print(f"timed on {gpu.name} ({result.manifest['compute_model']} compute model): "
@@ -322,18 +334,31 @@ def cmd_report(host: PluginHost, args) -> int:
     model, overrides, plan, _ = plan_from_args(args, host)
     gpu = _gpu(host, args)
     gpu_memory = _gpu_memory(args, gpu)
-    result = plan_job(host, model, overrides, plan, gpu, max_nodes=_max_nodes(args), programs=False)
-    m = result.manifest
-    if "inference" in m:
-        m = {**m, "inference": {**m["inference"], "gpu_memory_bytes": gpu_memory,
-                                "largest_batch": largest_batch(m, gpu_memory)}}
+    result = _plan_task(host, args, model, overrides, plan, gpu, max_nodes=_max_nodes(args), programs=False)
+    if plan.task == SERVE:
+        return _report_serve(result, gpu, gpu_memory, args.json)
+    m = _with_largest_batch(result.manifest, gpu_memory)
     if args.json:
         print(json.dumps(m, indent=2))
         return 0
     named = f"  (plan {args.plan_name})" if getattr(args, "plan_name", None) else ""
     print(f"{result.config.name}  {_plan_text(result.plan)}  world {m['world_size']}{named}  "
           f"(per rank, per {_step_text(result.plan)}; FLOPs and bytes)")
-    if result.plan.pp > 1:
+    _print_classes(m, result.plan, gpu)
+    if "inference" in m:
+        _print_cache(m, result.plan)
+    return 0
+
+
+def _with_largest_batch(m: dict, gpu_memory: int) -> dict:
+    if "inference" not in m:
+        return m
+    return {**m, "inference": {**m["inference"], "gpu_memory_bytes": gpu_memory,
+                               "largest_batch": largest_batch(m, gpu_memory)}}
+
+
+def _print_classes(m: dict, plan: Plan, gpu) -> None:
+    if plan.pp > 1:
         print(f"layers per pipeline stage: {','.join(map(str, m['plan']['stage_layers']))}")
     if m.get("hf_import", {}).get("ignored_keys"):
         print(f"{m['hf_import']['source']}: keys not modelled (ignored): {', '.join(m['hf_import']['ignored_keys'])}")
@@ -348,8 +373,46 @@ def cmd_report(host: PluginHost, args) -> int:
         if "compute_time_us" in rc:
             print(f"  compute   {rc['compute_time_us'] / 1e3:,.3f} ms on {m['hardware']['name']} "
                   f"({m['compute_model']} compute model)")
-    if "inference" in m:
-        _print_cache(m, result.plan)
+
+
+def _plan_task(host: PluginHost, args, model, overrides, plan: Plan, gpu, **kw):
+    """plan_job, or for --task serve both sides' plans and the KV transfers between them."""
+    serving = {"--prefill-ranks": args.prefill_ranks, "--decode-ranks": args.decode_ranks,
+               "--prefill-plan": args.prefill_plan, "--decode-plan": args.decode_plan}
+    if plan.task != SERVE:
+        stray = [name for name, value in serving.items() if value is not None]
+        if stray:
+            raise UsageError(f"{stray[0]} splits the ranks between prefill and decode; it needs --task serve")
+        return plan_job(host, model, overrides, plan, gpu, **kw)
+    plan.check_basic()
+    world = plan.world_size if args.dp is not None else None  # the main flags name a world when --dp is given
+    prefill, decode = side_plans(plan, args.prefill_ranks, args.decode_ranks,
+                                 parse_side(args.prefill_plan, "--prefill-plan"),
+                                 parse_side(args.decode_plan, "--decode-plan"), world)
+    return plan_serve(host, model, overrides, prefill, decode, gpu)
+
+
+def _report_serve(result, gpu, gpu_memory: int, as_json: bool) -> int:
+    sides = [(name, side, _with_largest_batch(side.manifest, gpu_memory))
+             for name, side in (("prefill", result.prefill), ("decode", result.decode))]
+    kv = result.manifest["kv_transfer"]
+    if as_json:
+        m = dict(result.manifest)
+        m["inference"] = {name: manifest["inference"] for name, _, manifest in sides}
+        print(json.dumps(m, indent=2))
+        return 0
+    print(f"{result.config.name}  serve: prefill ranks 0-{result.prefill.job.world_size - 1}, decode ranks "
+          f"{result.prefill.job.world_size}-{result.job.world_size - 1}  (per rank; FLOPs and bytes)")
+    for name, side, manifest in sides:
+        offset = 0 if name == "prefill" else result.prefill.job.world_size
+        shifted = {**manifest, "rank_classes": [{**rc, "ranks": [r + offset for r in rc["ranks"]]}
+                                                for rc in manifest["rank_classes"]]}
+        print(f"\n{name}: {_plan_text(side.plan)}  (per {_step_text(side.plan)})")
+        _print_classes(shifted, side.plan, gpu)
+        _print_cache(shifted, side.plan)
+    print(f"\nKV cache transfer: {kv['requests']} requests, {kv['bytes']:,} bytes in {kv['messages']:,} send/recv "
+          f"pairs ({kv['bytes_per_request']:,} per request; up to {kv['max_sent_per_prefill_rank']:,} sent by a "
+          f"prefill rank, {kv['max_received_per_decode_rank']:,} received by a decode rank)")
     return 0
 
 

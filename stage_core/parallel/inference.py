@@ -16,19 +16,48 @@ largest working set of one kernel (its activation inputs and outputs).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from ..ir.ops import FORWARD, Op
 from ..ir.tensor import Role
 from ..trace import NodeType
 from .lower import Lowered, Lowerer, Sizes, _Program
+from .placement import Shard
+
+
+@dataclass
+class InferenceLowered(Lowered):
+    """Also, per pipeline stage, where each step of each micro-batch sits in the stage's
+    program: ``spans[stage]`` lists (step, micro-batch, chunk, first node, last node); and
+    where each cache tensor lives (``caches``, by name)."""
+
+    spans: dict[int, list[tuple[int, int, int, int, int]]] = field(default_factory=dict)
+    caches: dict[str, "CacheLayout"] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CacheLayout:
+    """Where one cache tensor lives: its pipeline stage and layer, each dim's size (the
+    whole job's, at the last step) and the mesh axes that shard it, its bytes per element,
+    and which dims are the requests (b) and the sequence."""
+
+    stage: int
+    layer: int | None
+    sizes: tuple[int, ...]
+    shards: tuple[tuple[str, ...], ...]
+    itemsize: int
+    seq_dim: int
 
 
 class InferenceLowerer(Lowerer):
     model_flops_per_forward = 1  # inference runs the forward matmuls only
+
     def __init__(self, prop, plan, mesh, steps: list[dict[str, int]], schedule, hw=None, kernel_seconds=None):
         super().__init__(prop, plan, mesh, steps[-1], schedule, hw, kernel_seconds)
         self.step_sizes: list[Sizes] = [self.sizes.at(v) for v in steps[:-1]] + [self.sizes]
         self.feedback = list(self.g.feedback.items())  # (sampled tokens, the token ids the next step reads)
         self.cache_ops = [op for op in self.fwd_ops if op.fn == "cache_write"]
+        self.spans: dict[int, list[tuple[int, int, int, int, int]]] = {}
 
     def use(self, sizes: Sizes) -> None:
         self.sizes = sizes
@@ -45,11 +74,13 @@ class InferenceLowerer(Lowerer):
         sampled: dict[tuple[int, int], tuple[int, ...]] = {}  # (feedback index, micro-batch) -> its node
         steps = len(self.step_sizes)
         prog.tags = steps * m_total * per_message  # pipeline tags come first; kernels' own messages follow
+        spans = self.spans.setdefault(stage, [])
         for j, sizes in enumerate(self.step_sizes):
             self.use(sizes)
             for _, m, local_chunk in order:
                 c = local_chunk * self.stages + stage
                 versions: dict = {}
+                first = len(prog.nodes)
                 tag = (f"step{j}." if steps > 1 else "") + f"mb{m}" + (f".chunk{c}" if self.chunks > 1 else "")
                 base = 1 + (j * m_total + m) * per_message
                 if j > 0:
@@ -71,6 +102,7 @@ class InferenceLowerer(Lowerer):
                 if j < steps - 1:
                     self.give_feedback(prog, c, m, versions, sampled, base + len(self.crossings), tag)
                 prog.end_step(m)
+                spans.append((j, m, c, first, len(prog.nodes) - 1))
         return prog, 0
 
     def crossing_bytes(self, t) -> int:
@@ -127,7 +159,23 @@ class InferenceLowerer(Lowerer):
         return sum(self.sizes.nbytes(t, layout) for t, layout in pairs if t.role in (Role.ACTIVATION, Role.INPUT))
 
 
-def lower_inference(prop, plan, mesh, steps: list[dict[str, int]], schedule, hw=None, kernel_seconds=None) -> Lowered:
+    def run(self) -> InferenceLowered:
+        lowered = super().run()
+        seq = {c.tensor: c.seq_dim for c in self.g.caches}
+        caches = {}
+        for op in self.cache_ops:
+            t = op.outputs[0]
+            layout = self.prop.produced[t]
+            shards = tuple(tuple(a for a, p in layout.items() if isinstance(p, Shard) and p.dim == i)
+                           for i in range(t.rank))
+            caches[t.name] = CacheLayout(self.stage_of(self.chunk[op]), op.layer,
+                                         tuple(self.sizes.value[d] for d in t.shape), shards, t.itemsize, seq[t])
+        return InferenceLowered(lowered.programs, lowered.reports, lowered.group_keys, lowered.stage_layers,
+                                spans=self.spans, caches=caches)
+
+
+def lower_inference(prop, plan, mesh, steps: list[dict[str, int]], schedule, hw=None,
+                    kernel_seconds=None) -> InferenceLowered:
     """Programs and reports per rank class of an inference graph; ``steps`` binds the dims
     of each step in order (one for prefill; decode's context grows a token a step)."""
     return InferenceLowerer(prop, plan, mesh, steps, schedule, hw, kernel_seconds).run()

@@ -169,3 +169,45 @@ def test_local_attention_prefill_counts_the_causal_band():
     # each query reads the w keys before it, the first w fewer: s·w − w²/2 pairs
     at = {**g.dims, "b": 1, "s": s, CONTEXT: s}
     assert evaluate_sum([flash.matmul_flops], at) == 2 * 2 * a * d * (s * w - w * w // 2)
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--task", "serve", "--decode-ranks", "2"], "--task serve needs --prefill-ranks"),
+    (["--prefill-ranks", "2"], "--prefill-ranks splits the ranks between prefill and decode; it needs --task serve"),
+    (["--task", "serve", "--dp", "4", "--prefill-ranks", "1", "--decode-ranks", "2"],
+     "--prefill-ranks 1 + --decode-ranks 2 = 3 does not add up to the world of 4 ranks"),
+    (["--task", "serve", "--prefill-ranks", "3", "--decode-ranks", "2", "--prefill-plan", "tp=2"],
+     "--prefill-ranks 3: the prefill plan (tp 2 x cp 1 x pp 1) needs a multiple of 2 ranks"),
+    (["--task", "serve", "--prefill-ranks", "1", "--decode-ranks", "2", "--decode-plan", "cp=2"],
+     "--decode-plan cp=2: context parallel splits long prompts; it applies to the prefill side only"),
+    (["--task", "serve", "--prefill-ranks", "1", "--decode-ranks", "1", "--prefill-plan", "zp=2"],
+     "--prefill-plan zp=2: expected KEY=VALUE pairs separated by commas, KEY one of tp, pp, dp"),
+    (["--task", "serve", "--prefill-ranks", "1", "--decode-ranks", "2"],
+     "the prefill step's 1 requests (dp 1 x 1) must split evenly over the 2 decode replicas"),
+    (["--task", "serve", "--prefill-ranks", "1", "--decode-ranks", "1", "--prefill-plan", "micro-batch-size=4",
+      "--decode-plan", "micro-batch-size=2"], "each decode replica would receive 4 new requests but holds 2"),
+    (["--task", "serve", "--prefill-ranks", "1", "--decode-ranks", "1", "--context-len", "32"],
+     "--context-len 32: the decode side starts after the prompt of --seq-len 32 and its first token"),
+])
+def test_bad_serve_input_is_one_line_and_exit_2(host, capsys, argv, words):
+    assert main(["report", "--model", "toy", *argv], host=host) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err
+
+
+def test_serve_writes_one_set_for_both_sides(host, tmp_path):
+    """Prefill rank 0, decode rank 1: the two prompts' caches, one pair each."""
+    out = tmp_path / "serve"
+    assert main(["generate", "--model", "toy", "--task", "serve", "--prefill-ranks", "1", "--decode-ranks", "1",
+                 "--micro-batch-size", "2", "--decode-plan", "micro-batch-size=4", "--format", "jsonl",
+                 "-o", str(out)], host=host) == 0
+    import json
+
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["world_size"] == 2 and m["plan"]["task"] == "serve"
+    assert [(rc["side"], rc["ranks"]) for rc in m["rank_classes"]] == [("prefill", [0]), ("decode", [1])]
+    assert m["plan"]["decode"]["context_len"] == 32 + 1  # the toy's prompt of 32, then the first new token
+    per_request = 2 * L * HEADS * D * 2 * 32
+    assert m["kv_transfer"] == {"requests": 2, "messages": 2, "bytes": 2 * per_request,
+                                "bytes_per_request": per_request, "max_sent_per_prefill_rank": 2 * per_request,
+                                "max_received_per_decode_rank": 2 * per_request}

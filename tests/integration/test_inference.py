@@ -89,6 +89,22 @@ def test_context_parallel_prefill_caches_each_ranks_part_of_the_prompt(host):
     assert rc.comm_bytes["all_gather"] == layers * 2 * (s // cp) * b * g * d * 2 + b * h * 2
 
 
+@pytest.mark.parametrize("argv,words", [
+    (["--task", "decode", "--context-len", "8193"], "--context-len 8193: llama3-70b has 8192 positions; give "
+                                                    "--context-len at most 8192"),
+    (["--task", "decode", "--context-len", "8000", "--decode-steps", "200"],
+     "--context-len 8000 + --decode-steps 200 - 1 = 8199: llama3-70b has 8192 positions; give --context-len at "
+     "most 7993"),
+    (["--task", "serve", "--prefill-ranks", "8", "--decode-ranks", "8", "--tp", "8", "--seq-len", "8192"],
+     "--context-len 8193: llama3-70b has 8192 positions"),
+])
+def test_a_context_beyond_the_models_positions_is_one_line(run_stage, argv, words):
+    done = run_stage("report", "--model", "llama3-70b", *argv)
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"stage: error: {words}" or words in done.stderr and done.stderr.count("\n") == 1, \
+        done.stderr
+
+
 # --------------------------------------------------------------------------- the real simulator
 DENSE = ("llama3-8b", {"layers": 4})
 MOE = ("mixtral-8x7b", {"layers": 2})
@@ -130,3 +146,41 @@ def test_decode_step_is_memory_bound(host, write_set, simulate):
     step = results["summary"]["max_finish_time_ns"] / 1e9
     assert seconds_of_bytes > 10 * seconds_of_flops
     assert abs(step - seconds_of_bytes) <= 0.01 * seconds_of_bytes
+
+
+# --------------------------------------------------------------------------- serve
+SERVE_SETS = [
+    # dense: prefill tp2 pp2 (2 micro-batches of 2 prompts), decode tp2 dp2 over 2 steps
+    (*DENSE, Plan(task="prefill", tp=2, pp=2, micro_batch_size=2, micro_batches=2, seq_len=1024),
+     Plan(task="decode", tp=2, dp=2, micro_batch_size=8, context_len=1025, decode_steps=2)),
+    # MoE: prefill tp2, decode tp4
+    (*MOE, Plan(task="prefill", tp=2, micro_batch_size=4, seq_len=512),
+     Plan(task="decode", tp=4, micro_batch_size=16, context_len=513)),
+]
+
+
+@pytest.mark.parametrize("model,overrides,prefill,decode", SERVE_SETS, ids=["dense", "moe"])
+def test_serve_sets_finish_on_every_rank(host, tmp_path, simulate, model, overrides, prefill, decode):
+    from stage_core.api import write_trace_set
+    from stage_core.serve import plan_serve
+
+    result = plan_serve(host, model, {k: str(v) for k, v in overrides.items()}, prefill, decode)
+    status, results = simulate(write_trace_set(host, result, tmp_path / "serve"))
+    world = prefill.world_size + decode.world_size
+    assert results["summary"]["deadlocked_ranks"] == []
+    assert results["summary"]["finished_ranks"] == world
+    assert status == 0
+
+
+def test_mla_latent_is_taken_from_each_prefill_copy_in_turn(host):
+    """MLA keeps one latent per token (not per head): every tp rank holds all of it, so
+    each decode rank receives the whole cache, the decode ranks taking turns among the
+    prefill ranks' copies."""
+    from stage_core.serve import plan_serve
+
+    s, layers = 64, 2
+    r = plan_serve(host, "moe-mla-tiny", {"layers": str(layers)},
+                   Plan(task="prefill", tp=2, micro_batch_size=1, seq_len=s),
+                   Plan(task="decode", tp=2, micro_batch_size=1, context_len=s + 1))
+    per_token = r.decode.manifest["inference"]["kv_cache_elements_per_token"]
+    assert sorted(r.transfers) == [(0, 0, 0, per_token * s * 2), (1, 1, 0, per_token * s * 2)]
