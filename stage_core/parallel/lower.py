@@ -283,12 +283,15 @@ class _Program:
         self.chunk_acts: dict[int, int] = {}  # activation bytes a micro-batch keeps in each chunk
         self.background: dict[int, Background] = {}
         self.last_gather: int | None = None  # the step's last parameter gather (ZeRO-3)
+        self.not_before: int | None = None  # nodes emitted now wait for this one (recompute)
 
     def _deps(self, deps) -> tuple[tuple[int, ...], tuple[int, ...]]:
         data = tuple(sorted(set(deps)))
         ctrl: tuple[int, ...] = ()
         if not data and self.step_tail is not None:
             ctrl = (self.step_tail,)
+        if self.not_before is not None and self.not_before not in data and self.not_before not in ctrl:
+            ctrl = tuple(sorted((*ctrl, self.not_before)))
         return data, ctrl
 
     def comp(self, name: str, mm: int, other: int, nbytes: int, deps, kernel: Kernel | None = None) -> int:
@@ -695,9 +698,13 @@ class Lowerer:
                         region = self._region_key(fwd)
                         if region not in recomputed:
                             recomputed.add(region)
+                            # recompute runs when the backward reaches the region (as Megatron's
+                            # checkpointed forward does), not as soon as its saved inputs exist
+                            prog.not_before = prog.step_last if prog.step_last is not None else prog.step_tail
                             for f in self.chunk_ops(self.fwd_ops, c):
                                 if f in self.recompute_set and self._region_key(f) == region:
                                     self.emit_op(prog, f, versions, f"{tag}.recompute", gathers, BACKWARD)
+                            prog.not_before = None
                     if self.chunk[op] is None:
                         self.emit_partial_sum(prog, op, c, versions, f"{tag}.bwd")
                     else:

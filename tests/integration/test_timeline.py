@@ -77,3 +77,22 @@ def test_model_flops_are_megatrons(simulated):
     step = summary["max_finish_time_ns"] * 1e-9
     assert summary["model_tflops_per_gpu"] * 1e12 * step * PLAN.world_size == pytest.approx(megatron, rel=1e-9)
     assert summary["mfu"] == pytest.approx(summary["model_tflops_per_gpu"] / 312.0)
+
+
+def test_recompute_runs_in_backward_not_while_the_forward_waits(host, tmp_path):
+    """Full recompute redoes a layer's forward when the backward reaches the layer: no
+    recomputed kernel may fill the compute slot while the forward waits on a TP collective."""
+    from stage_adapter_astrasim.command import run_astrasim
+
+    plan = Plan(tp=2, dp=2, micro_batches=2, recompute="full", seq_len=1024)
+    result = plan_job(host, "gpt2", {"layers": "4"}, plan, hardware.resolve(host, "a100"))
+    write_trace_set(host, result, tmp_path / "set")
+    assert run_astrasim(tmp_path / "set", astra_sim=ASTRA_SIM, timeline_file=str(tmp_path / "t.json"),
+                        out=io.StringIO(), err=io.StringIO()) == 0
+    events = [e for e in json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+              if e["ph"] == "X" and e["cat"] == "compute"]
+    for mb in range(plan.micro_batches):
+        backward = min(e["ts"] for e in events if e["name"].startswith(f"mb{mb}.bwd."))
+        recompute = [e["ts"] for e in events if e["name"].startswith(f"mb{mb}.recompute.")]
+        forward_end = max(e["ts"] + e["dur"] for e in events if e["name"].startswith(f"mb{mb}.fwd."))
+        assert recompute and min(recompute) >= forward_end and max(recompute) >= backward
