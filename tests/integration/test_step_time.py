@@ -44,3 +44,18 @@ def test_the_simulator_replays_the_durations(timed_set, simulate):
     for row in results["ranks"]:
         rc = next(c for c in manifest["rank_classes"] if row["rank"] in c["ranks"])
         assert row["gpu_time_ns"] == rc["compute_time_us"] * 1000 + zero[row["rank"]]
+
+
+def test_the_a100_preset_gives_table_1s_compute_bound_row(host):
+    """Narayanan et al. 2021, Table 1: GPT 1.7B on 32 A100s (dp32, batch 512, full recompute)
+    ran at 137 TFLOP/s per GPU, counting every matmul FLOP with recompute.  The row has no
+    tensor or pipeline parallelism, so its step is the compute of one GPU (the a100 preset's
+    gemm_efficiency is fitted to it; micro-batch 4 assumed)."""
+    plan = Plan(dp=32, micro_batch_size=4, micro_batches=4, recompute="full")
+    result = plan_job(host, "megatron-1.7b", {"attention": "classic"}, plan, hardware.resolve(host, "a100"))
+    (rc,) = result.manifest["rank_classes"]
+    c, p = result.manifest["model"], result.manifest["plan"]
+    B, s, L, h, V = p["global_batch"], p["seq_len"], c["layers"], c["hidden"], 51200
+    table1 = 96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h)) / 32  # per GPU, the paper's count
+    assert rc["flops"]["matmul"] == pytest.approx(table1, rel=1e-9)
+    assert table1 / (rc["compute_time_us"] * 1e-6) / 1e12 == pytest.approx(137, rel=0.01)

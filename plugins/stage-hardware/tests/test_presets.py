@@ -5,7 +5,9 @@ import pytest
 from stage_core import hardware
 from stage_core.kernel import kernel
 from stage_hardware.compute import PARAMETERS, calibrated_time
-from stage_hardware.presets import IB_LATENCY_NS, NVLINK_LATENCY_NS, PRESETS
+import dataclasses
+
+from stage_hardware.presets import IB_LATENCY_NS, MAMF_GEMM, NVLINK_LATENCY_NS, PRESETS
 
 BY_NAME = {p.name: p for p in PRESETS}
 
@@ -26,7 +28,11 @@ MAMF = [
 
 @pytest.mark.parametrize("name,shape,tflops", MAMF)
 def test_the_calibrated_model_gives_the_published_matmul_rates(name, shape, tflops):
+    efficiency, k_half = MAMF_GEMM[name]
     gpu = BY_NAME[name].gpu
+    gpu = dataclasses.replace(gpu, parameters={**gpu.parameters, "gemm_efficiency": efficiency,
+                                               "gemm_k_half": k_half})
+    assert gpu.parameters["gemm_k_half"] == BY_NAME[name].gpu.parameters["gemm_k_half"]
     k = matmul(*shape)
     launch = gpu.parameters["launch_us"] * 1e-6  # the benchmark times back-to-back calls
     achieved = k.flops / (calibrated_time(k, gpu) - launch) / 1e12
