@@ -143,6 +143,8 @@ def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[st
     plan.check_basic()
     check_world(plan, max_nodes)
     spec, config = resolve_model(host, model, overrides)
+    if hasattr(config, "for_task"):
+        config = config.for_task(plan.task)
     check_model_size(spec, config)
     plan = resolve_lengths(plan, config)
     if plan.schedule not in {s.name for s in host.schedules()}:

@@ -85,6 +85,12 @@ class ModelConfig:
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)
 
+    def for_task(self, task: str):
+        """The config whose graph computes this model the way ``task`` (``train``, ``prefill``,
+        ``decode``) runs it: this one, unless a family's kernels take another form for a task
+        (DeepSeek's MLA absorbs its key and value up-projections for decode)."""
+        return self
+
     def with_overrides(self, overrides: Mapping[str, str]):
         """Apply ``--set key=value`` strings, converting each to the field's type."""
         fields = {f.name: f for f in dataclasses.fields(self)}

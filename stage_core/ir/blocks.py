@@ -104,7 +104,7 @@ def _gqa_shapes() -> dict:
 
 def attention_core(g: GraphBuilder, q: Tensor, k: Tensor, v: Tensor, *, kind: str = "flash",
                    causal_flops: bool = False, dropout: bool = False, prefix: str = "attn",
-                   window: int | None = None, softcap=None) -> Tensor:
+                   window: int | None = None, softcap=None, value_in_key: bool = False) -> Tensor:
     """softmax(q·kᵀ)·v in block ``attn_core``: q [b,s,g,r,d], k [b,s,g,d], v [b,s,g,dv] -> [b,s,g,r,dv].
 
     ``flash``: one kernel (``flash``) that keeps q, k, v, the output and the log-sum-exp.
@@ -119,14 +119,15 @@ def attention_core(g: GraphBuilder, q: Tensor, k: Tensor, v: Tensor, *, kind: st
     flash kernel counts only those (``GraphBuilder.flash_attention``), while classic
     attention computes the full s×s scores and masks them, as eager attention does.
     ``softcap``: ``softcap·tanh(scores/softcap)`` before the softmax (Gemma 2), inside
-    the flash kernel or as a ``softcap`` kernel on the classic scores.
+    the flash kernel or as a ``softcap`` kernel on the classic scores.  ``value_in_key``:
+    v is the leading part of k (MLA absorbed), read once by the flash kernel.
     """
     if kind not in ATTENTION_KINDS:
         raise ValueError(f"unknown attention kind {kind!r}; known: {', '.join(ATTENTION_KINDS)}")
     with g.scope(prefix), g.block("attn_core"):
         if kind == "flash":
             return g.flash_attention(q, k, v, causal_flops=causal_flops, name="flash", window=window,
-                                     softcap=softcap)
+                                     softcap=softcap, value_in_key=value_in_key)
         scale = Fraction(1, 2) if causal_flops else 1
         scores = g.einsum("bsgrd,bkgd->bgrsk", q, k, name="scores", flops_scale=scale)
         if softcap is not None:

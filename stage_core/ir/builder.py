@@ -475,7 +475,7 @@ class GraphBuilder:
 
     def flash_attention(self, q: Tensor, k: Tensor, v: Tensor, *, causal_flops: bool = False,
                         name: str = "flash_attention", separate_value_dim: bool | None = None,
-                        window: int | None = None, softcap=None) -> Tensor:
+                        window: int | None = None, softcap=None, value_in_key: bool = False) -> Tensor:
         """Fused attention (FlashAttention): q [b,s,g,r,d], k and v [b,s,g,d] -> [b,s,g,r,d].
 
         Forward: Q·Kᵀ and P·V, 2 FLOPs per multiply-add each (halved with
@@ -496,6 +496,9 @@ class GraphBuilder:
         keys per query, not all of them (:func:`pair_terms`).  ``softcap`` (Gemma 2):
         the scores pass through ``softcap·tanh(x/softcap)`` before the softmax,
         :data:`kernels.SOFTCAP` FLOPs per score.
+
+        ``value_in_key``: v is the leading part of k (MLA's absorbed form reads one latent
+        per key as both), so the kernel reads it once: v's bytes are not counted again.
         """
         scale = sp.Rational(1, 2) if causal_flops else sp.Integer(1)
         if separate_value_dim is None:
@@ -517,6 +520,10 @@ class GraphBuilder:
                 raise ValueError(f"flash attention {name}: window={window!r} must be a positive integer")
             attrs["window"] = window
             free = window_letters(window, k.shape[1])
+        byte_terms = ()
+        if value_in_key:  # q, k, the output and the fp32 log-sum-exp; v is read with k
+            attrs["value_in_key"] = True
+            byte_terms = ((q.itemsize, "bsgrd"), (k.itemsize, "bkgd"), (q.itemsize, f"bsgr{vd}"), (4, "bgrs"))
         o, lse = self.op(
             "fused",
             f"bsgrd,bkgd,bkg{vd}->bsgr{vd},bgrs",
@@ -528,6 +535,7 @@ class GraphBuilder:
             out_dtypes=[q.dtype, "fp32"],
             attrs=attrs,
             free_letters=free,
+            byte_terms=byte_terms,
         )
         return o
 

@@ -57,6 +57,10 @@ class InferenceLowerer(Lowerer):
         self.step_sizes: list[Sizes] = [self.sizes.at(v) for v in steps[:-1]] + [self.sizes]
         self.feedback = list(self.g.feedback.items())  # (sampled tokens, the token ids the next step reads)
         self.cache_ops = [op for op in self.fwd_ops if op.fn == "cache_write"]
+        self.cached = {op.outputs[0] for op in self.cache_ops}  # the caches, and views of them
+        for op in self.fwd_ops:
+            if op.kind == "view" and any(t in self.cached for t in op.inputs):
+                self.cached.update(op.outputs)
         self.spans: dict[int, list[tuple[int, int, int, int, int]]] = {}
 
     def use(self, sizes: Sizes) -> None:
@@ -156,7 +160,8 @@ class InferenceLowerer(Lowerer):
         """Bytes of the activations one kernel reads and writes (not weights, not the cache)."""
         plan = self.prop.plan(op)
         pairs = list(zip(op.inputs, plan.in_layouts)) + list(zip(op.outputs, plan.out_layouts))
-        return sum(self.sizes.nbytes(t, layout) for t, layout in pairs if t.role in (Role.ACTIVATION, Role.INPUT))
+        return sum(self.sizes.nbytes(t, layout) for t, layout in pairs
+                   if t.role in (Role.ACTIVATION, Role.INPUT) and t not in self.cached)
 
 
     def run(self) -> InferenceLowered:

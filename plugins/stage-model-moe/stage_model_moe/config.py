@@ -91,6 +91,7 @@ class MoEConfig(ModelConfig):
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    mla_absorbed: bool = False  # MLA in its decode form: attention over the latent (see for_task)
     # carried for the Hugging Face round trip
     max_positions: int = 4096
     rope_theta: float = 10000.0
@@ -114,7 +115,7 @@ class MoEConfig(ModelConfig):
                   "topk_groups", "max_positions", "seq_len")
         check_int(self, "shared_expert_ffn_hidden", "first_dense_layers", "mtp_layers", minimum=0)
         check_bool(self, "shared_expert_gate", "norm_topk_prob", "router_selection_bias", "qk_norm", "qkv_bias",
-                   "tie_embeddings", "causal_flops")
+                   "tie_embeddings", "causal_flops", "mla_absorbed")
         check_positive_number(self, "routed_scaling_factor", "rope_theta", "norm_eps")
         check_positive_number(self, "capacity_factor", optional=True)
         check_choice(self, "router_score", ROUTER_SCORES)
@@ -134,6 +135,8 @@ class MoEConfig(ModelConfig):
                 )
 
         if self.attention_type == "gqa":
+            if self.mla_absorbed:
+                raise UsageError(f"{cls} mla_absorbed=True: absorption applies to attention_type 'mla' only")
             if self.head_dim is None:
                 check_divides(self, "heads", "hidden", f"the head dim is hidden/heads unless head_dim is given; "
                                                        f"valid head counts divide {self.hidden}")
@@ -158,6 +161,16 @@ class MoEConfig(ModelConfig):
                 f"{cls} shared_expert_ffn_hidden={self.shared_expert_ffn_hidden}: DeepSeek's shared experts "
                 f"are n_shared_experts × expert_ffn_hidden={self.expert_ffn_hidden}; use a multiple of it"
             )
+
+    def for_task(self, task: str) -> "MoEConfig":
+        """Decode runs MLA absorbed (DeepSeek-V2 §2.1.2, as its inference kernels do): the key
+        up-projection folded into the query and the value up-projection into the output, so
+        each step attends over the cached latent and rope key instead of decompressing every
+        cached token's keys and values per head.  Training and prefill keep the training
+        form (decompressing is cheaper when the queries are as many as the keys)."""
+        if task == "decode" and self.attention_type == "mla" and not self.mla_absorbed:
+            return self.replace(mla_absorbed=True)
+        return self
 
     # ------------------------------------------------------------------ derived sizes
     @property

@@ -96,7 +96,8 @@ def _gqa(g: GraphBuilder, c: MoEConfig, y):
 
 
 class _MLA:
-    """DeepSeek multi-head latent attention (training form: keys and values decompressed per head)."""
+    """DeepSeek multi-head latent attention: the training form (keys and values decompressed
+    per head) or, with ``mla_absorbed``, the form decode runs (attention over the latent)."""
 
     def __init__(self, c: MoEConfig):
         h, a, rkv, dn, dr, dv = sym.dims("h a rkv dn dr dv")
@@ -139,13 +140,35 @@ class _MLA:
         # inference caches the normed latent and the rope key (rkv + dr per token), not K and V
         c_kv = g.cache(c_kv, name="attn.latent_cache")
         k_pe = g.cache(k_pe, name="attn.k_rope_cache")
-        kv = g.einsum("bsc,cay->bsay", c_kv, g.param("attn.kv_b.weight", shape["w_kv_b"]), name="attn.kv_b")
-        k_nope, v = g.split(kv, "bsay->bsan,bsav", (shape["k_nope"], shape["v"]), name="attn.kv_b_split")
-        k = g.concat([k_nope, k_pe], "bsan,bsp->bsaz", shape["k"], name="attn.k_join")
-
-        ctx = blocks.attention_core(g, q, k, v, kind=c.attention, causal_flops=c.causal_flops)
-        ctx = g.view(ctx, "bsarv->bsav", shape["v"], name="attn.ctx_heads")
+        w_kv_b = g.param("attn.kv_b.weight", shape["w_kv_b"])
+        if c.mla_absorbed:
+            ctx = self.absorbed(g, c, q_nope, q_pe, c_kv, k_pe, w_kv_b)
+        else:
+            kv = g.einsum("bsc,cay->bsay", c_kv, w_kv_b, name="attn.kv_b")
+            k_nope, v = g.split(kv, "bsay->bsan,bsav", (shape["k_nope"], shape["v"]), name="attn.kv_b_split")
+            k = g.concat([k_nope, k_pe], "bsan,bsp->bsaz", shape["k"], name="attn.k_join")
+            ctx = blocks.attention_core(g, q, k, v, kind=c.attention, causal_flops=c.causal_flops)
+            ctx = g.view(ctx, "bsarv->bsav", shape["v"], name="attn.ctx_heads")
         return g.einsum("bsav,avh->bsh", ctx, g.param("attn.proj.weight", shape["w_proj"]), name="attn.proj")
+
+    def absorbed(self, g: GraphBuilder, c: MoEConfig, q_nope, q_pe, c_kv, k_pe, w_kv_b):
+        """Attention over the latent: q_nope·W_ukᵀ joined with q_pe is each head's query
+        [rkv + dr]; one key per token (the latent joined with the rope key) and one value
+        (the latent, the key's leading part) serve every head, as one KV group; the context
+        [rkv] per head goes through W_uv.  [b,s,a,1,dn] ... -> [b,s,a,dv]."""
+        a, rkv, dn, dr, dv = sym.dims("a rkv dn dr dv")
+        one = sp.Integer(1)
+        w_uk, w_uv = g.split(w_kv_b, "cay->can,cav", ((rkv, a, dn), (rkv, a, dv)), name="attn.kv_b_split")
+        q_lat = g.einsum("bsarn,can->bsarc", q_nope, w_uk, name="attn.q_absorb")
+        q = g.concat([q_lat, q_pe], "bsarc,bsarp->bsarz", ("b", "s", a, one, rkv + dr), name="attn.q_join_latent")
+        q = g.view(q, "bsarz->bsraz", ("b", "s", one, a, rkv + dr), name="attn.q_group")
+        k = g.concat([c_kv, k_pe], "bsc,bsp->bsz", ("b", "s", rkv + dr), name="attn.k_join_latent")
+        k = g.view(k, "bsz->bsgz", ("b", "s", one, rkv + dr), name="attn.k_group")
+        v = g.view(c_kv, "bsc->bsgc", ("b", "s", one, rkv), name="attn.v_group")
+        ctx = blocks.attention_core(g, q, k, v, kind=c.attention, causal_flops=c.causal_flops,
+                                    value_in_key=c.attention == "flash")
+        ctx = g.view(ctx, "bsgac->bsac", ("b", "s", a, rkv), name="attn.ctx_heads")
+        return g.einsum("bsac,cav->bsav", ctx, w_uv, name="attn.v_absorb")
 
 
 # ---------------------------------------------------------------------- MoE
