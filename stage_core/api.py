@@ -262,15 +262,20 @@ def step_dims(model_dims: Mapping[str, int], plan: Plan) -> list[dict[str, int]]
 
 
 def cache_summary(graph: Graph, dims: Mapping[str, int]) -> dict:
-    """What the inference cache holds per request: at the last step's context, all layers, unsharded."""
+    """What the inference cache holds per request: at the last step's context, all layers,
+    unsharded.  Recurrent states (fixed per request) count in the bytes, and apart in
+    ``recurrent_state_bytes_per_request``; the elements per token are the growing caches'."""
     from .models import evaluate_sum
 
     one = {**dims, "b": 1}
+    growing = [c for c in graph.caches if c.seq_dim is not None]
+    states = [c for c in graph.caches if c.seq_dim is None]
     per_request = evaluate_sum([c.tensor.nbytes for c in graph.caches], one)
-    elements = evaluate_sum([c.tensor.numel for c in graph.caches], {**one, CONTEXT: 1})
-    layers = len({op.layer for op in graph.ops if op.fn == "cache_write"}) or 1
+    elements = evaluate_sum([c.tensor.numel for c in growing], {**one, CONTEXT: 1})
+    layers = len({op.layer for op in graph.ops if op.fn == "cache_write" and not op.attrs.get("state")}) or 1
     return {"task": graph.meta.get("task"), "context_len": dims[CONTEXT],
             "kv_cache_bytes_per_request": per_request,
+            "recurrent_state_bytes_per_request": evaluate_sum([c.tensor.nbytes for c in states], one),
             "kv_cache_elements_per_token": elements,
             "kv_cache_elements_per_token_per_layer": elements // layers if elements % layers == 0 else elements / layers}
 

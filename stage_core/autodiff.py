@@ -542,7 +542,8 @@ def _causal_conv1d(e, op, gs, needs):
     """causal_conv1d_bwd: recomputes the conv and its SiLU from the kept input, then dx, dw, dbias."""
     x, w, bias = op.inputs
     op.saved = (x, w, bias)
-    ins, (to,) = parse_spec(op.spec)
+    ins, outs = parse_spec(op.spec)
+    to = outs[0]  # the second output, the conv state, is for inference
     taps = op.attrs["taps"]
     terms = [(kernels.CONV_PER_TAP[1] * taps + kernels.CONV_BIAS_SILU[1], to, OTHER)]
     outs = e.op("fused", f"{to},{to},{ins[1]},{ins[2]}->{to},{ins[1]},{ins[2]}", [gs[0], x, w, bias], [x, w, bias],
@@ -562,7 +563,7 @@ def _ssd_scan(e, op, gs, needs):
     recomputed.  Kept from forward: the inputs, the output and the fp32 dA_cumsum.
     """
     x, dt, a_log, b, c, d, dt_bias = op.inputs
-    y, cumsum = op.outputs
+    y, cumsum = op.outputs[:2]  # the third, the final state, is for inference
     op.saved = (x, dt, a_log, b, c, d, dt_bias, y, cumsum)
     q = op.attrs["chunk"]
     terms = [

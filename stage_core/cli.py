@@ -441,8 +441,10 @@ def _print_cache(m: dict, plan: Plan) -> None:
     inf = m["inference"]
     requests = plan.micro_batch_size * plan.micro_batches
     per_rank = max(rc["memory_bytes"]["kv_cache"] for rc in m["rank_classes"])
+    state = inf.get("recurrent_state_bytes_per_request", 0)
+    state_text = f", {state:,} of them recurrent state of a fixed size" if state else ""
     print(f"\nKV cache at context {inf['context_len']:,}: {inf['kv_cache_bytes_per_request']:,} bytes per request "
-          f"({inf['kv_cache_elements_per_token_per_layer']} elements per token per layer); "
+          f"({inf['kv_cache_elements_per_token_per_layer']} elements per token per layer{state_text}); "
           f"{per_rank:,} bytes per rank for its {requests} request{'s' if requests != 1 else ''}")
     most, gpu = inf["largest_batch"], _human(inf["gpu_memory_bytes"])
     weights = max(rc["memory_bytes"]["parameters"] for rc in m["rank_classes"])

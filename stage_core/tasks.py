@@ -17,6 +17,12 @@ depends on the task:
   attended (no causal discount), and the cache reads count in the attention kernel's
   bytes.  The sampled token is what the next step embeds (``Graph.feedback``).
 
+A recurrent state (``GraphBuilder.state``: a Mamba layer's SSM and conv states) is a cache
+of a fixed size: prefill writes the state after the prompt's last token, and a decode
+step reads and rewrites it in place, whatever the context.  Kernels whose decode step is
+not the same kernel over one token (a chunked scan becomes a state update) are rewritten
+by :data:`DECODE_KERNELS`.
+
 Neither inference task has a backward, an optimizer, or dropout (it is the identity
 at inference: a dropout kernel disappears, a fused dropout-add becomes an add).
 """
@@ -99,6 +105,8 @@ class _Inference:
             changes = {}
             if op.block == "attn_core" and "flops_scale" in op.attrs:
                 changes = self.recount_attention(op, inputs)
+            if self.task == DECODE and op.fn in DECODE_KERNELS:
+                changes = DECODE_KERNELS[op.fn](op)
             op = dataclasses.replace(op, inputs=inputs, outputs=self.reshaped(op, inputs), saved=(),
                                      forward_op=None, **changes)
         self.g.ops.append(op)
@@ -155,6 +163,14 @@ class _Inference:
         """Write the step's entries of ``decl`` into its cache tensor (role ``cache``)."""
         x = self.swap.get(decl.tensor, decl.tensor)
         term = _LETTERS[: x.rank]
+        if decl.seq_dim is None:  # a recurrent state: prefill writes it; decode's kernel rewrites it in place
+            state = Tensor(decl.name, x.shape, x.dtype, Role.CACHE)
+            self.g.ops.append(Op(
+                name=decl.name, kind="fused", fn="cache_write", inputs=(x,), outputs=(state,), spec=f"{term}->{term}",
+                byte_terms=((x.itemsize, term),) if self.task == PREFILL else ((0, term),), layer=op.layer,
+                block="kv_cache", attrs={"cache": decl.name, "state": True}))
+            self.g.caches.append(CacheDecl(decl.name, state, None))
+            return
         new_letter = next(c for c in reversed(_LETTERS) if c not in term)
         out_term = term[: decl.seq_dim] + new_letter + term[decl.seq_dim + 1:]
         shape = list(x.shape)
@@ -203,3 +219,35 @@ class _Inference:
         embedding = next((op for op in self.f.ops if op.kind == "embedding"), None)
         if embedding is not None and embedding.inputs[0] in self.f.inputs:
             self.g.feedback[tokens] = embedding.inputs[0]  # the next step embeds the sampled token
+
+
+# --------------------------------------------------------------------------- decode steps of recurrent kernels
+# (appended for Mamba-2's kernels, GraphBuilder.ssd_scan and .causal_conv1d)
+
+
+def _ssd_state_update(op: Op) -> dict:
+    """One token through the SSD scan is mamba_ssm's selective_state_update: per state
+    element state·exp(dt·A) + dt·B·x and its product with C summed over the state
+    (:data:`kernels.SSD_STATE_UPDATE`), dt's softplus per head, D·x per output; the state
+    read and written in place (no matmul: the one-token scan is elementwise)."""
+    x, dt, _a, b = op.inputs[:4]
+    state = op.outputs[2]
+    return {"fn": "ssd_state_update",
+            "flop_terms": ((kernels.SSD_STATE_UPDATE, "bsgrpn", OTHER), (kernels.SSD_DT[0], "bsgr", OTHER),
+                           (kernels.SSD_OUT[0], "bsgrp", OTHER)),
+            "byte_terms": ((2 * x.itemsize, "bsgrp"), (dt.itemsize, "bsgr"), (2 * b.itemsize, "bsgn"),
+                           (2 * state.itemsize, "bsgrpn"))}
+
+
+def _conv_update(op: Op) -> dict:
+    """One token through the causal conv is causal_conv1d_update: the same FLOPs per output,
+    and its k − 1 previous inputs read from the conv state, which shifts by one."""
+    x = op.inputs[0]
+    ins, outs = parse_spec(op.spec)
+    taps = op.attrs["taps"]
+    return {"fn": "causal_conv1d_update",
+            "byte_terms": (*op.byte_terms, (2 * x.itemsize * (taps - 1), outs[0]))}
+
+
+#: kernel name -> the changes that make it a decode step's kernel (see the module docstring)
+DECODE_KERNELS = {"ssd_scan": _ssd_state_update, "causal_conv1d": _conv_update}

@@ -147,6 +147,13 @@ class GraphBuilder:
         self.graph.caches.append(CacheDecl(self._name(name), x, pos))
         return x
 
+    def state(self, x: Tensor, *, name: str) -> Tensor:
+        """Declare ``x`` as a recurrent state kept per request between inference steps (a
+        Mamba layer's SSM state after its last token): a fixed size, whatever the context;
+        prefill writes it, each decode step reads and rewrites it (:mod:`stage_core.tasks`)."""
+        self.graph.caches.append(CacheDecl(self._name(name), x, None))
+        return x
+
     # ------------------------------------------------------------------ core op
     def op(
         self,
@@ -540,7 +547,7 @@ class GraphBuilder:
         return o
 
     # ------------------------------------------------------------------ state-space models
-    def causal_conv1d(self, x: Tensor, weight: Tensor, bias: Tensor, *, name: str = "conv1d") -> Tensor:
+    def causal_conv1d(self, x: Tensor, weight: Tensor, bias: Tensor, *, name: str = "conv1d") -> tuple[Tensor, Tensor]:
         """Depthwise causal conv1d with bias and SiLU fused (Mamba's ``causal_conv1d_fn``).
 
         ``x`` [b, s, groups..., c] -> the same shape; ``weight`` [groups..., c, k] (k taps),
@@ -548,6 +555,8 @@ class GraphBuilder:
         inputs along s times the taps, plus the bias: :data:`kernels.CONV_PER_TAP` per tap
         and :data:`kernels.CONV_BIAS_SILU` per element.  It needs the whole sequence (s is
         gathered first where it is sharded); backward keeps only the input and recomputes.
+        Returns the output and the conv state, the last k − 1 inputs of every channel
+        [b, groups..., c, k−1] (what an inference step keeps; no bytes of its own here).
         """
         chans = "cdefghij"[: x.rank - 2]  # the channel letters after b and s
         tokens = "bs" + chans
@@ -555,29 +564,34 @@ class GraphBuilder:
             raise ValueError(f"causal_conv1d {name}: weight must be [{', '.join(chans)}, taps] and bias "
                              f"[{', '.join(chans)}] for an input of rank {x.rank}")
         taps = self._constant(weight.shape[-1], "taps")
-        (out,) = self.op(
+        state_shape = (x.shape[0], *x.shape[2:], weight.shape[-1] - 1)
+        out, state = self.op(
             "fused",
-            f"{tokens},{chans}k,{chans}->{tokens}",
+            f"{tokens},{chans}k,{chans}->{tokens},b{chans}j",
             [x, weight, bias],
+            [x.shape, state_shape],
             name=name,
             fn="causal_conv1d",
             flop_terms=[(kernels.CONV_PER_TAP[0] * taps + kernels.CONV_BIAS_SILU[0], tokens, OTHER)],
+            byte_terms=[(x.itemsize, tokens), (weight.itemsize * taps + bias.itemsize, chans), (x.itemsize, tokens)],
             linear_reduce=["k"],
             whole=["s"],
-            out_dtypes=[x.dtype],
+            out_dtypes=[x.dtype, x.dtype],
             attrs={"taps": taps},
         )
-        return out
+        return out, state
 
     def ssd_scan(self, x: Tensor, dt: Tensor, a_log: Tensor, b: Tensor, c: Tensor, d: Tensor, dt_bias: Tensor, *,
-                 chunk, name: str = "ssd") -> Tensor:
+                 chunk, name: str = "ssd") -> tuple[Tensor, Tensor]:
         """Mamba-2's selective state-space scan, the SSD chunked algorithm (Dao & Gu 2024, section 6)
         as one declared kernel (``mamba_chunk_scan_combined``).
 
         Shapes, with g groups (B and C shared by their r heads), r heads per group, p head
         dim, n state size: ``x`` [b,s,g,r,p], ``dt`` [b,s,g,r], ``a_log``, ``d`` and
         ``dt_bias`` [g,r], ``b`` and ``c`` [b,s,g,n] -> y [b,s,g,r,p]; a second fp32 output
-        [b,s,g,r] is the chunk-cumulative decay dA_cumsum that backward reads.
+        [b,s,g,r] is the chunk-cumulative decay dA_cumsum that backward reads; a third the
+        state after the last token [b,g,r,p,n] (what inference keeps).  Returns y and the
+        final state.
 
         FLOPs per token, chunk length Q = ``chunk``, G = g groups, H = g·r heads, from the
         paper's four steps (BMM(B, M, N, K) = 2·B·M·N·K): the diagonal blocks C·Bᵀ per group
@@ -605,19 +619,19 @@ class GraphBuilder:
         ]
         bytes_ = [(3 * item, "bsgrp"), (dt.itemsize + 6 * 4, "bsgr"), (4 * b.itemsize, "bsgn"),
                   (2 * b.itemsize * q, "bsg"), (16 / q, "bsgrpn")]
-        y, _cumsum = self.op(
+        y, _cumsum, state = self.op(
             "fused",
-            "bsgrp,bsgr,gr,bsgn,bsgn,gr,gr->bsgrp,bsgr",
+            "bsgrp,bsgr,gr,bsgn,bsgn,gr,gr->bsgrp,bsgr,bgrpn",
             [x, dt, a_log, b, c, d, dt_bias],
             name=name,
             fn="ssd_scan",
             flop_terms=terms,
             byte_terms=bytes_,
             whole=["s"],
-            out_dtypes=[x.dtype, "fp32"],
+            out_dtypes=[x.dtype, "fp32", x.dtype],
             attrs={"chunk": q},
         )
-        return y
+        return y, state
 
     # ------------------------------------------------------------------ views
     def split(self, x: Tensor, spec: str, out_shapes: Sequence[Sequence], *, name: str = "split") -> tuple[Tensor, ...]:

@@ -18,12 +18,14 @@ class CacheDecl:
 
     ``tensor`` holds the values one step computes for its tokens, with the sequence
     at dim ``seq_dim``: a task that decodes appends them to a cache of ``ctx``
-    entries and has the tensor's readers read the whole cache instead.
+    entries and has the tensor's readers read the whole cache instead.  With
+    ``seq_dim`` ``None`` it is a recurrent state of a fixed size (a Mamba layer's SSM
+    and conv states): each step reads it and rewrites it in place, whatever the context.
     """
 
     name: str
     tensor: Tensor
-    seq_dim: int
+    seq_dim: int | None
 
 
 @dataclass(eq=False)

@@ -131,6 +131,9 @@ SSD_MASK = (4, 8)
 SSD_OUT = (4, 8)
 #   state passing, per state element and chunk: state = exp(dA_chunk)·state + new (2)
 SSD_PASS = (2, 4)
+# One decode token (selective_state_update), per state element: state·dA 1, dt·B·x 2 (the
+# product and the add), ·C 1, the sum over the state 1
+SSD_STATE_UPDATE = 5
 
 # --------------------------------------------------------------------------- inference
 # Greedy sampling of the next token: one comparison per logit in a single arg-max pass

@@ -18,10 +18,10 @@ def scan_graph():
     g = GraphBuilder("ssd", dims=DIMS)
     xbc = g.input("xbc", ("b", "s", "G", "c"), dtype="bf16")
     dt = g.input("dt", ("b", "s", "G", "r"), dtype="bf16")
-    xbc = g.causal_conv1d(xbc, g.param("conv.weight", ("G", "c", "k")), g.param("conv.bias", ("G", "c")))
+    xbc, _conv_state = g.causal_conv1d(xbc, g.param("conv.weight", ("G", "c", "k")), g.param("conv.bias", ("G", "c")))
     x, b, c = g.split(xbc, "bsgc->bsgrp,bsgn,bsgn", (("b", "s", "G", "r", "P"), ("b", "s", "G", "N"),
                                                         ("b", "s", "G", "N")))
-    y = g.ssd_scan(x, dt, g.param("A_log", ("G", "r"), dtype="fp32"), b, c, g.param("D", ("G", "r"), dtype="fp32"),
+    y, _state = g.ssd_scan(x, dt, g.param("A_log", ("G", "r"), dtype="fp32"), b, c, g.param("D", ("G", "r"), dtype="fp32"),
                    g.param("dt_bias", ("G", "r")), chunk=Q)
     return g.finish(g.reduce_sum(y, "bsgrp->b", name="loss"))
 

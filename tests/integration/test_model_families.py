@@ -75,3 +75,15 @@ def test_tensor_parallel_must_divide_the_ssm_groups(run_stage):
     done = run_stage("report", "--model", "mamba2-2.7b", "--tp", "2")
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
     assert "mg = 1" in done.stderr and "valid --tp: 1" in done.stderr
+
+
+@pytest.mark.parametrize("model,plan", [
+    ("mamba2-2.7b", Plan(task="decode", micro_batch_size=8, context_len=4096, pp=2, micro_batches=2)),
+    ("nemotron-h-8b", Plan(task="decode", micro_batch_size=4, context_len=4096, tp=2, decode_steps=2)),
+    ("nemotron-h-8b", Plan(task="prefill", seq_len=2048, tp=2, pp=2, micro_batches=2)),
+], ids=["mamba2-decode-pp2", "nemotron-h-decode-tp2", "nemotron-h-prefill-tp2-pp2"])
+def test_ssm_inference_sets_finish(write_set, simulate, model, plan):
+    out = write_set(model, plan)
+    status, results = simulate(out)
+    summary = results["summary"]
+    assert summary["deadlocked_ranks"] == [] and summary["finished_ranks"] == plan.world_size and status == 0

@@ -74,12 +74,15 @@ def _mamba(g: GraphBuilder, c: HybridConfig, y: Tensor) -> Tensor:
                           name="in_proj")
         z, xbc, dt = g.split(zxbcdt, "bsge->bsgrp,bsgc,bsgr", (("b", "s", G, r, P), ("b", "s", G, r * P + 2 * N),
                                                                 ("b", "s", G, r)), name="in_split")
-        xbc = g.causal_conv1d(xbc, g.param("conv1d.weight", (G, r * P + 2 * N, K)),
-                              g.param("conv1d.bias", (G, r * P + 2 * N)), name="conv1d")
+        xbc, conv_state = g.causal_conv1d(xbc, g.param("conv1d.weight", (G, r * P + 2 * N, K)),
+                                          g.param("conv1d.bias", (G, r * P + 2 * N)), name="conv1d")
+        g.state(conv_state, name="conv_state")
         x, b, cc = g.split(xbc, "bsgc->bsgrp,bsgn,bsgn", (("b", "s", G, r, P), ("b", "s", G, N), ("b", "s", G, N)),
                            name="conv_split")
-        yy = g.ssd_scan(x, dt, g.param("A_log", (G, r), dtype="fp32"), b, cc, g.param("D", (G, r), dtype="fp32"),
-                        g.param("dt_bias", (G, r)), chunk=c.chunk_size, name="ssd")
+        yy, ssm_state = g.ssd_scan(x, dt, g.param("A_log", (G, r), dtype="fp32"), b, cc,
+                                   g.param("D", (G, r), dtype="fp32"), g.param("dt_bias", (G, r)), chunk=c.chunk_size,
+                                   name="ssd")
+        g.state(ssm_state, name="ssm_state")
         yy = g.norm("gated_rmsnorm", yy, g.param("norm_gated.weight", (G, r, P)), gate=z, over=2, name="norm_gated")
         return g.einsum("bsgrp,grph->bsh", yy, g.param("out_proj.weight", (G, r, P, h)), name="out_proj")
 
