@@ -213,7 +213,9 @@ def kv_transfers(pre, dec, routes: Routes) -> list[tuple[int, int, int, int]]:
                     for i in dims:
                         overlap *= max(0, min(have[i][1], want[i][1]) - max(have[i][0], want[i][0]))
                     if overlap:
-                        tokens = lp.sizes[lp.seq_dim] // _slice_count(lp.shards[lp.seq_dim], mp)
+                        # a recurrent state (no sequence dim) goes over whole, once
+                        tokens = 1 if lp.seq_dim is None else lp.sizes[lp.seq_dim] // _slice_count(
+                            lp.shards[lp.seq_dim], mp)
                         key = (tuple(sorted(have.items())), _seq_part(lp, mp, p_rank))
                         holders.setdefault(key, []).append((p_rank, overlap * tokens * lp.itemsize))
                 for copies in holders.values():  # several copies of one slice: the receivers take turns
@@ -231,6 +233,8 @@ def _slice_count(axes: tuple[str, ...], mesh: Mesh) -> int:
 
 def _seq_part(layout, mesh: Mesh, rank: int) -> tuple:
     """Which part of the prompt ``rank`` caches (a CP rank its own; otherwise all of it)."""
+    if layout.seq_dim is None:  # a recurrent state: no part of the prompt
+        return ()
     return tuple(mesh.coord(rank, a) for a in layout.shards[layout.seq_dim])
 
 

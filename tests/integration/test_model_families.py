@@ -87,3 +87,18 @@ def test_ssm_inference_sets_finish(write_set, simulate, model, plan):
     status, results = simulate(out)
     summary = results["summary"]
     assert summary["deadlocked_ranks"] == [] and summary["finished_ranks"] == plan.world_size and status == 0
+
+
+def test_hybrid_serving_sends_each_request_its_state_and_its_attention_cache(host, tmp_path, simulate):
+    # Nemotron-H 8B, prefill tp2 and decode tp2: each request's cache is its 24 Mamba layers'
+    # fixed states (51,806,208 bytes) and its 4 attention layers' keys and values of the
+    # 1024-token prompt (4·2·8·128·2·1024 = 16,777,216 bytes), half from each tp rank
+    from stage_core.api import write_trace_set
+    from stage_core.serve import plan_serve
+
+    result = plan_serve(host, "nemotron-h-8b", {}, Plan(task="prefill", tp=2, seq_len=1024),
+                        Plan(task="decode", tp=2, context_len=1025))
+    assert sorted(n for _, _, _, n in result.transfers) == [34_291_712, 34_291_712]
+    assert 2 * 34_291_712 == 51_806_208 + 16_777_216
+    status, results = simulate(write_trace_set(host, result, tmp_path / "serve"))
+    assert results["summary"]["finished_ranks"] == 4 and status == 0
