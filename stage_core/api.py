@@ -168,7 +168,7 @@ def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[st
     else:
         training = differentiate(forward, OptimizerConfig(state_dtype=plan.optimizer_dtype))
     mesh = Mesh.from_plan(plan)
-    sharded = ShardedGraph(training, {a: plan.degree(a) for a in ("tp", "cp", "dp", "pp", "ep")})
+    sharded = ShardedGraph(training, plan.degrees())
     for s in strategies:
         sharded = s.apply(sharded, mesh, plan) or sharded
         sharded.applied.append(s.name)
@@ -311,6 +311,8 @@ def make_manifest(config, plan: Plan, world_size: int, reports: list[ClassReport
             "global_batch": plan.global_batch, "grad_dtype": plan.grad_dtype,
             "optimizer_dtype": plan.optimizer_dtype, "stage_layers": list(stage_layers), "task": plan.task,
             "context_len": plan.context_len, "decode_steps": plan.decode_steps,
+            "etp": plan.expert_tp, "edp": plan.expert_dp, "moe_dispatcher": plan.moe_dispatcher,
+            "moe_capacity_factor": plan.moe_capacity_factor, "moe_imbalance": plan.moe_imbalance,
         },
         "world_size": world_size,
         "rank_classes": [r.to_dict() for r in reports],

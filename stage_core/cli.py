@@ -76,6 +76,15 @@ def _add_plan_flags(p: argparse.ArgumentParser, host: PluginHost | None) -> None
         _count_flag(g, axis, "N", f"{text} degree (default 1)")
     _choice_flag(g, "cp_comm", "context-parallel attention: p2p (ring, as TransformerEngine), all-gather (K and "
                                "V, as Llama 3) or a2a (sequence <-> heads, as DeepSpeed-Ulysses)")
+    g.add_argument("--etp", type=int, metavar="N", help="expert layers' tensor parallel degree (default: tp)")
+    _choice_flag(g, "moe_dispatcher", "how routed tokens reach their experts: all-to-all of tokens x top-k "
+                                      "rows, or all-gather of the tokens (Megatron's token dispatchers)")
+    g.add_argument("--moe-capacity-factor", type=float, metavar="F",
+                   help="pad every expert to ceil(tokens x top-k x F / experts) rows of each rank's tokens "
+                        "(default: the model's; dropless routing unless it sets one)")
+    g.add_argument("--moe-imbalance", type=float, metavar="F",
+                   help="rows of the busiest expert over its uniform share; every rank is sized as the one "
+                        "holding it (default 1: uniform routing)")
     g.add_argument("--sp", action=argparse.BooleanOptionalAction, help="Megatron sequence parallel (with --tp)")
     _choice_flag(g, "zero", "ZeRO stage (3 = FSDP)")
     _choice_flag(g, "recompute", "activation recompute")
@@ -167,7 +176,7 @@ def with_named_plan(args, host: PluginHost | None = None):
 
 def plan_from_args(args, host: PluginHost | None = None) -> tuple[str, dict[str, str], Plan, bool]:
     """(model, overrides, plan, used_default) from parsed flags (and the --plan they name)."""
-    degrees_given = any(getattr(args, a) is not None for a in ("dp", "tp", "pp", "cp", "ep"))
+    degrees_given = any(getattr(args, a) is not None for a in ("dp", "tp", "pp", "cp", "ep", "etp"))
     used_default = (args.model is None and not degrees_given and not args.set and not args.plan
                     and not getattr(args, "plan_name", None))
     args = with_named_plan(args, host)
@@ -208,7 +217,8 @@ def plan_from_args(args, host: PluginHost | None = None) -> tuple[str, dict[str,
             micro_batches = derived
     plan = Plan(
         dp=dp, tp=given("tp"), pp=given("pp"), cp=given("cp"), ep=given("ep"), cp_comm=given("cp_comm"),
-        sp=given("sp"), zero=given("zero"),
+        etp=given("etp"), moe_dispatcher=given("moe_dispatcher"), moe_capacity_factor=given("moe_capacity_factor"),
+        moe_imbalance=given("moe_imbalance"), sp=given("sp"), zero=given("zero"),
         recompute=given("recompute"), schedule=given("schedule"), virtual_stages=given("virtual_stages"),
         seq_len=args.seq_len, micro_batch_size=micro_batch_size,
         micro_batches=base.micro_batches if micro_batches is None else micro_batches, order=given("order"),
@@ -309,6 +319,8 @@ def progress_bar(label: str, total: int, delay: float = 1.0):
 def _plan_text(plan: Plan) -> str:
     parts = [f"{a}{plan.degree(a)}" + (f"({plan.cp_comm})" if a == "cp" else "")
              for a in ("tp", "cp", "ep", "dp", "pp") if plan.degree(a) > 1] or ["1 GPU"]
+    if plan.expert_tp != plan.tp:
+        parts.append(f"etp{plan.expert_tp}")
     if plan.sp:
         parts.append("sp")
     if plan.zero:

@@ -87,14 +87,17 @@ class Sizes:
     experts a row more than others, so the slots per expert are an exact fraction whose
     product with the experts (``e·c``, which every expert op and tensor has) is whole.
     With a capacity factor each rank pads every expert to Megatron's capacity
-    ⌈tokens·k·cf/E⌉ of its own tokens.
+    ⌈tokens·k·cf/E⌉ of its own tokens.  With an imbalance factor every rank is sized as
+    the one holding the busiest expert (see :func:`busiest_rank_rows`).
     """
 
-    def __init__(self, prop: Propagation, values: dict[str, int], evaluators=None):
+    def __init__(self, prop: Propagation, values: dict[str, int], plan: Plan | None = None, evaluators=None):
         g = prop.sharded.graph
         self.prop = prop
+        self.plan = plan or Plan()
         self.degrees = prop.sharded.degrees
-        slots = self._slot_sources(prop)
+        dispatches = [op for op in prop.ops if op.phase == FORWARD and op.attrs.get("moe") == "dispatch"]
+        slots = {op.attrs["capacity"] for op in dispatches}
         if evaluators is None:
             exprs: dict = {}
             for op in prop.ops:
@@ -106,32 +109,36 @@ class Sizes:
             for t in list(g.params) + list(g.inputs):
                 for d in t.shape:
                     exprs.setdefault(d, None)
-            evaluators = (sym.Evaluator([e for e in exprs if e not in slots]), sym.Evaluator(list(slots)))
+            evaluators = sym.Evaluator([e for e in exprs if e not in slots])
         self.evaluators = evaluators
-        whole, fractions = evaluators
         try:
-            numbers = whole(values)
+            numbers = evaluators(values)
         except ValueError as exc:
             raise UsageError(f"model sizes do not come out whole for this plan: {exc}") from None
-        self.value: dict = dict(zip(whole.exprs, numbers))
-        for (e, (sources, dropless)), per_expert in zip(slots.items(), fractions.fractions(values)):
-            if not dropless:
-                per_expert = sources * -(-per_expert // sources)  # each source rank rounds its capacity up
-            self.value[e] = per_expert.numerator if per_expert.denominator == 1 else per_expert
+        self.value: dict = dict(zip(evaluators.exprs, numbers))
+        for op in dispatches:
+            self.value[op.attrs["capacity"]] = self._slots(prop, op, self.plan)
 
     def at(self, values: dict[str, int]) -> "Sizes":
         """The same sizes for another binding of the dims (compiled once)."""
-        return Sizes(self.prop, values, self.evaluators)
+        return Sizes(self.prop, values, self.plan, self.evaluators)
 
-    def _slot_sources(self, prop: Propagation) -> dict:
-        """The slot expression of each MoE dispatch -> (ranks whose tokens it gathers, dropless)."""
-        out = {}
-        for op in prop.ops:
-            if op.phase == FORWARD and op.attrs.get("moe") == "dispatch":
-                layout = prop.plan(op).in_layouts[0]
-                sources = self.deg(a for a, p in layout.items() if isinstance(p, Shard))
-                out[op.attrs["capacity"]] = (sources, bool(op.attrs.get("dropless")))
-        return out
+    def _slots(self, prop: Propagation, op: Op, plan: Plan):
+        """Slots per expert of a dispatch, over the whole graph's tokens (b·s·k/E when dropless)."""
+        x, weights = op.inputs
+        token_axes = [a for a, p in prop.plan(op).in_layouts[0].items() if isinstance(p, Shard)]
+        sources = self.deg(token_axes)  # ranks whose tokens the graph's b·s covers
+        tokens = prod(self.value[d] for d in x.shape[:-1]) // sources  # one rank's tokens
+        experts = self.value[weights.shape[-1]]
+        k = int(op.attrs["experts_per_token"])
+        cf = plan.moe_capacity_factor
+        if cf is None and not op.attrs.get("dropless"):
+            cf = op.attrs["capacity_factor"]
+        if cf is not None:  # Megatron's get_capacity, on each rank's own tokens
+            rows = experts * -(-(tokens * k * Fraction(str(cf))) // experts)
+        else:
+            rows = busiest_rank_rows(tokens * k, experts, self.degrees.get("ep", 1), plan.moe_imbalance)
+        return Fraction(sources * rows, experts)  # a fraction even when whole: only e·c must be
 
     def deg(self, axes: Iterable[str]) -> int:
         n = 1
@@ -179,6 +186,22 @@ class Sizes:
 
     def nbytes(self, t: Tensor, layout: dict | None = None) -> int:
         return self.numel(t, layout) * t.itemsize
+
+
+def busiest_rank_rows(rows: int, experts: int, ep: int, imbalance) -> int | Fraction:
+    """Expert rows per rank when the busiest expert gets ``imbalance`` times its uniform share.
+
+    ``rows`` = tokens·k of one rank.  Over an ep group each expert's uniform share is
+    A = ep·rows/E; the busiest gets imbalance·A and the other E−1 split the rest evenly;
+    the rank holding it runs it and E/ep − 1 others:
+    rows·(imbalance·ep/E + (E − ep)(E − imbalance)/(E·(E − 1))), rounded up to a whole
+    row (exactly ``rows`` without imbalance, or without expert parallel).
+    """
+    if imbalance == 1 or experts == 1:
+        return rows
+    f = Fraction(str(imbalance))
+    share = f * ep / experts + Fraction((experts - ep) * (experts - f), experts * (experts - 1))
+    return -(-(rows * share) // 1)
 
 
 def _whole(n, what: str) -> int:
@@ -364,7 +387,8 @@ class Lowerer:
         self.g = prop.sharded.graph
         self.plan = plan
         self.mesh = mesh
-        self.sizes = Sizes(prop, dims)
+        self.sizes = Sizes(prop, dims, plan)
+        self._canonical: dict[str, str] = {}
         self.group_keys: set[str] = set()
         self._costs: dict[Op, tuple[int, int, int]] = {}
         self._kernels: dict[Op, Kernel] = {}
@@ -420,8 +444,13 @@ class Lowerer:
         return self.sizes.nbytes(r.tensor, r.before)
 
     def key(self, axis: str) -> str:
-        self.group_keys.add(axis)
-        return axis
+        """The group key to name: an expert-view key that spans the same ranks as a
+        decoder key (ep = cp in some orders, etp = tp by default) names that key's groups."""
+        key = self._canonical.get(axis)
+        if key is None:
+            key = self._canonical[axis] = self.mesh.canonical(axis)
+        self.group_keys.add(key)
+        return key
 
     def lk(self, layout: dict) -> tuple:
         """layout_key, memoised on the (long-lived) layout dicts of the op plans."""
@@ -461,17 +490,14 @@ class Lowerer:
         elif plan.ring is not None:
             out_deps = self.emit_ring(prog, op, plan, deps, deps_of, tag)
         else:
+            for kc in plan.kernel_comms:
+                if kc.before:
+                    deps = [self.emit_kernel_comm(prog, op, plan, kc, tag, deps)]
             mm, other, nbytes = self.cost(op)
-            nid = prog.comp(f"{tag}.{op.name}", mm, other, nbytes, deps, self.kernel(op))
-            last = nid
-            letters = None
-            for kind, axis, lets, per in plan.kernel_comms:
-                letters = letters or self.sizes.local_letters(op, plan)
-                size = per
-                for c in lets:
-                    size *= letters[c]
-                size = _whole(size, op.name)
-                last = prog.coll(f"{tag}.{op.name}:{COMM_KEYS[kind]}.{axis}", kind, size, self.key(axis), (last,))
+            last = prog.comp(f"{tag}.{op.name}", mm, other, nbytes, deps, self.kernel(op))
+            for kc in plan.kernel_comms:
+                if not kc.before:
+                    last = self.emit_kernel_comm(prog, op, plan, kc, tag, [last])
             out_deps = (last,)
         if phase == FORWARD:  # Megatron's model FLOPs: forward and backward matmuls, 3x the forward's
             prog.model_flops += self.model_flops_per_forward * (prog.flops["matmul"] - matmul_before)
@@ -523,6 +549,16 @@ class Lowerer:
                              self.kernel(op))
             recv = step_recv
         return (comp, recv) if backward else (comp,)
+
+    def emit_kernel_comm(self, prog: _Program, op: Op, plan: OpPlan, kc, tag: str, deps) -> int:
+        letters = self.sizes.local_letters(op, plan)
+        size = kc.per
+        for c in kc.letters:
+            size *= letters[c]
+        for c in kc.whole:
+            size *= self.sizes.value[op.letter_sizes[c]]
+        return prog.coll(f"{tag}.{op.name}:{COMM_KEYS[kc.kind]}.{kc.key}", kc.kind, _whole(size, op.name),
+                         self.key(kc.key), deps)
 
     def emit_param_gathers(self, prog: _Program, gathers, versions: dict, name: str):
         """FSDP: one all-gather of a layer's parameters per group, before the layer runs."""
@@ -658,7 +694,7 @@ class Lowerer:
         order = self.schedule(self.stages, m_total, self.virtual)[stage]
         buckets = self.plan_buckets(stage)
         by_last_op: dict[Op, list[int]] = {}
-        for i, (_, last_op) in enumerate(buckets):
+        for i, (_, last_op, _axes) in enumerate(buckets):
             by_last_op.setdefault(last_op, []).append(i)
         syncs: dict[int, list[int]] = {}
         per_mb: dict[int, dict] = {}
@@ -711,7 +747,7 @@ class Lowerer:
                         self.emit_op(prog, op, versions, f"{tag}.bwd", gathers, BACKWARD)
                     if last:  # a bucket is reduced as soon as its last gradient is final
                         for i in by_last_op.get(op, ()):
-                            syncs[i] = self.emit_bucket_sync(prog, i, buckets[i][0], versions)
+                            syncs[i] = self.emit_bucket_sync(prog, i, buckets[i][0], buckets[i][2], versions)
                 live -= chunk_acts.get(c, 0)
             for x in self.crossings:
                 t, src, dst, ph = x
@@ -766,36 +802,44 @@ class Lowerer:
     def param_stages(self, p: Tensor) -> list[int]:
         return [s for s in range(self.stages) if p in self._held[s]]
 
-    def plan_buckets(self, stage: int) -> list[tuple[list[Tensor], Op]]:
-        """A stage's parameters grouped in the order their gradients become final in backward."""
+    def grad_axes(self, p: Tensor) -> tuple[str, ...]:
+        """The axes ``p``'s gradient is reduced over: cp and dp, or for an expert weight the
+        expert-data-parallel axis (Megatron's expert-data-parallel group)."""
+        axes = ("edp",) if p in self.prop.expert else ("cp", "dp")
+        return tuple(a for a in axes if self.sg.active(a) and a in self.sg.grad_target)
+
+    def plan_buckets(self, stage: int) -> list[tuple[list[Tensor], Op, tuple[str, ...]]]:
+        """A stage's parameters grouped in the order their gradients become final in backward,
+        one run of buckets per reduction group (expert weights apart, as in Megatron)."""
         index = {op: i for i, op in enumerate(self.bwd_ops)}
         final = {p: self.producer[self.g.grads[p]] for p in self.stage_params(stage)}
         order = sorted(final, key=lambda p: index[final[p]])
-        buckets, cur, count = [], [], 0
         limit = self.bucket_size()
+        buckets: list = []
+        open_: dict[tuple, tuple[list, int]] = {}
         for p in order:
+            axes = self.grad_axes(p)
+            cur, count = open_.get(axes, ([], 0))
             cur.append(p)
             count += self.sizes.numel(p, self.sg.compute_layout(p))
+            open_[axes] = (cur, count)
             if count >= limit:
-                buckets.append(cur)
-                cur, count = [], 0
-        if cur:
-            buckets.append(cur)
-        return [(b, final[b[-1]]) for b in buckets]
+                buckets.append((cur, axes))
+                del open_[axes]
+        buckets += [(cur, axes) for axes, (cur, _) in open_.items()]
+        buckets.sort(key=lambda b: index[final[b[0][-1]]])
+        return [(b, final[b[-1]], axes) for b, axes in buckets]
 
-    def _dp_axes(self) -> list[str]:
-        return [a for a in ("cp", "dp") if self.sg.active(a) and a in self.sg.grad_target]
-
-    def emit_bucket_sync(self, prog: _Program, i: int, bucket: list[Tensor], versions: dict) -> list[int]:
+    def emit_bucket_sync(self, prog: _Program, i: int, bucket: list[Tensor], axes: tuple[str, ...],
+                         versions: dict) -> list[int]:
         """The data-parallel reduction of one bucket: all-reduce, or reduce-scatter under ZeRO."""
         deps = [d for p in bucket for d in versions.get((self.g.grads[p], None), ())]
-        dp_axes = self._dp_axes()
-        if not dp_axes:
+        if not axes:
             return deps
-        key = canonical_key(dp_axes)
-        dp_deg = self.sizes.deg(dp_axes)
+        key = canonical_key(axes)
+        dp_deg = self.sizes.deg(axes)
         numel = sum(self.sizes.numel(p, self.sg.compute_layout(p)) for p in bucket)
-        target = self.sg.grad_target.get(dp_axes[-1])
+        target = self.sg.grad_target.get(axes[-1])
         kind = CollectiveType.REDUCE_SCATTER if isinstance(target, Shard) else CollectiveType.ALL_REDUCE
         if kind == CollectiveType.REDUCE_SCATTER:
             numel = -(-numel // dp_deg) * dp_deg  # buckets are padded to a multiple of the group size
@@ -807,7 +851,6 @@ class Lowerer:
     def emit_optimizer(self, prog: _Program, stage: int, buckets, syncs: dict[int, list[int]], versions) -> None:
         sg = self.sg
         grad_item = DTYPE_BYTES[self.plan.grad_dtype]
-        dp_axes = self._dp_axes()
         params = self.stage_params(stage)
         after = [d for i in sorted(syncs) for d in syncs[i]]
         # a parameter held by several stages (a tied embedding on the first and last)
@@ -830,10 +873,8 @@ class Lowerer:
             size = sum(self.sizes.numel(p, sg.compute_layout(p)) for p in tp_partial) * grad_item
             after = [prog.coll("grad_sync.sequence_parallel:all_reduce.tp", CollectiveType.ALL_REDUCE, size,
                                self.key("tp"), after)]
-        opt_shard = self.sizes.deg(a for a in sg.optimizer_sharded if sg.active(a))
-        params_replicated = not any(
-            isinstance(sg.storage_layout(p).get(a), Shard) for p in params for a in dp_axes)
-        for i, (bucket, _) in enumerate(buckets):
+        for i, (bucket, _, axes) in enumerate(buckets):
+            opt_shard = self.sizes.deg(a for a in axes if a in sg.optimizer_sharded)
             numel = sum(self.sizes.numel(p, sg.compute_layout(p)) for p in bucket)
             local = -(-numel // opt_shard)
             state_bytes = sum(2 * DTYPE_BYTES[t.dtype] for t in self.g.opt_state[bucket[0]])
@@ -843,10 +884,11 @@ class Lowerer:
             adam = kernel("optimizer", "adam", OPTIMIZER, "n->n", {"n": local}, self.plan.optimizer_dtype,
                           flops=flops, matmul_flops=0, nbytes=nbytes)
             nid = prog.comp(f"optimizer.bucket{i}:adam", 0, flops, nbytes, after, adam)
-            if dp_axes and opt_shard > 1 and params_replicated:
+            replicated = not any(isinstance(sg.storage_layout(p).get(a), Shard) for p in bucket for a in axes)
+            if axes and opt_shard > 1 and replicated:
                 # the updated shards go back to every replica (ZeRO-1/2); sharded
                 # parameters (ZeRO-3) stay sharded and are gathered where used
-                key = canonical_key(dp_axes)
+                key = canonical_key(axes)
                 prog.coll(f"optimizer.bucket{i}:all_gather.{key}:params", CollectiveType.ALL_GATHER,
                           local * param_item, self.key(key), [nid])
 
@@ -855,18 +897,15 @@ class Lowerer:
         sg = self.sg
         held = self.stage_params(stage)
         params = sum(self.sizes.nbytes(p, sg.storage_layout(p)) for p in held)
-        grad_layout_extra = {a: Shard(FLAT) for a in sg.grad_storage_sharded if sg.active(a)}
-        grads = 0
+        grads = optimizer = 0
         grad_item = DTYPE_BYTES[self.plan.grad_dtype]
         for p in held:
+            axes = self.grad_axes(p)
             layout = dict(sg.compute_layout(p))
-            layout.update(grad_layout_extra)
+            layout.update({a: Shard(FLAT) for a in axes if a in sg.grad_storage_sharded})
             grads += self.sizes.numel(self.g.grads[p], layout) * grad_item
-        opt_extra = {a: Shard(FLAT) for a in sg.optimizer_sharded if sg.active(a)}
-        optimizer = 0
-        for p in held:
             layout = dict(sg.compute_layout(p))
-            layout.update(opt_extra)
+            layout.update({a: Shard(FLAT) for a in axes if a in sg.optimizer_sharded})
             for t in self.g.opt_state[p]:
                 optimizer += self.sizes.nbytes(t, layout)
         return {"parameters": params, "gradients": grads, "optimizer": optimizer, "activations": activations,
@@ -890,7 +929,7 @@ class Lowerer:
         for op in self.chunk_ops(self.fwd_ops, chunk):
             for t in op.saved:
                 if t.role is Role.ACTIVATION and t in kept_elsewhere:
-                    out[t] = self.prop.produced.get(t, {})
+                    out[t] = self.prop.kept.get(t, self.prop.produced.get(t, {}))
         return out
 
     def activation_bytes(self, chunk: int) -> int:

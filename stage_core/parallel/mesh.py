@@ -3,7 +3,13 @@
 The order string lists axes fastest-varying first (``"tp-cp-ep-dp-pp"``): rank r's
 coordinate on the i-th axis is ``(r // stride_i) % degree_i`` with strides growing
 along the string.  ep is not a factor of the world size (it is carved out of
-dp×cp), so it takes no place in rank coordinates.
+dp×cp), so it takes no place in these coordinates.
+
+Expert layers see the same ranks through a second view, as Megatron-Core's expert
+``RankGenerator`` does: the same order string with cp left out, tp read as the
+expert tensor-parallel degree ``etp`` and dp as the expert data-parallel degree
+``edp`` = tp·cp·dp / (etp·ep), so the axes ``etp``, ``ep``, ``edp`` and ``pp`` factor
+the world again.  A key names axes of one view only.
 
 A process group along a *key* (one axis, or several joined by ``+`` such as
 ``"cp+dp"``) is the set of ranks that share every coordinate not in the key.  An
@@ -22,6 +28,7 @@ resolves its groups and peers in milliseconds.
 from __future__ import annotations
 
 from functools import cached_property
+from itertools import combinations
 from typing import Iterable, Mapping
 
 import numpy as np
@@ -29,43 +36,117 @@ import numpy as np
 from .plan import AXES, Plan
 
 RANK_AXES = tuple(a for a in AXES if a != "ep")
+EXPERT_AXES = ("etp", "ep", "edp")
+_KEY_ORDER = RANK_AXES + EXPERT_AXES
 
 
 def canonical_key(axes: Iterable[str]) -> str:
     axes = set(axes)
-    unknown = axes - set(RANK_AXES)
+    unknown = axes - set(_KEY_ORDER)
     if unknown:
-        raise ValueError(f"unknown mesh axes {sorted(unknown)}; known: {RANK_AXES}")
-    return "+".join(a for a in RANK_AXES if a in axes)
+        raise ValueError(f"unknown mesh axes {sorted(unknown)}; known: {_KEY_ORDER}")
+    return "+".join(a for a in _KEY_ORDER if a in axes)
+
+
+class _View:
+    """One factorisation of the ranks: axes in order (fastest first), degrees, strides."""
+
+    def __init__(self, order: list[str], degrees: dict[str, int]):
+        self.order = order
+        self.degrees = degrees
+        self.strides: dict[str, int] = {}
+        stride = 1
+        for a in order:
+            self.strides[a] = stride
+            stride *= degrees[a]
+        self.size = stride
 
 
 class Mesh:
-    def __init__(self, degrees: Mapping[str, int], order: str = "tp-cp-ep-dp-pp"):
+    def __init__(self, degrees: Mapping[str, int], order: str = "tp-cp-ep-dp-pp", *,
+                 expert: Mapping[str, int] | None = None):
+        """``degrees`` of tp, cp, dp, pp; ``expert``: ``{"ep": .., "etp": ..}`` (default ep 1, etp = tp)."""
         self.degrees = {a: int(degrees.get(a, 1)) for a in RANK_AXES}
-        self.order = [a for a in order.split("-") if a != "ep"]
-        self.strides: dict[str, int] = {}
-        stride = 1
-        for a in self.order:
-            self.strides[a] = stride
-            stride *= self.degrees[a]
-        self.world_size = stride
+        names = order.split("-")
+        self.order = [a for a in names if a != "ep"]
+        self.decoder = _View(self.order, self.degrees)
+        self.strides = self.decoder.strides
+        self.world_size = self.decoder.size
+        expert = dict(expert or {})
+        ep = int(expert.get("ep", 1))
+        etp = int(expert.get("etp") or self.degrees["tp"])
+        inner = self.degrees["tp"] * self.degrees["cp"] * self.degrees["dp"]
+        if inner % (etp * ep):
+            raise ValueError(f"etp {etp} x ep {ep} does not divide tp x cp x dp = {inner}")
+        rename = {"tp": "etp", "dp": "edp"}
+        expert_order = [rename.get(a, a) for a in names if a != "cp"]
+        self.expert = _View(expert_order, {"etp": etp, "ep": ep, "edp": inner // (etp * ep),
+                                           "pp": self.degrees["pp"]})
+        self.degrees.update({a: self.expert.degrees[a] for a in EXPERT_AXES})
 
     @classmethod
     def from_plan(cls, plan: Plan) -> "Mesh":
-        return cls({a: plan.degree(a) for a in RANK_AXES}, plan.order)
+        return cls({a: plan.degree(a) for a in RANK_AXES}, plan.order, expert={"ep": plan.ep, "etp": plan.expert_tp})
+
+    @property
+    def expert_stages_match(self) -> bool:
+        """The expert view has the same pipeline groups (Megatron-Core asserts it: with pp
+        before dp in the order, edp must equal dp)."""
+        return self.expert.strides["pp"] == self.strides["pp"]
+
+    # ------------------------------------------------------------------ views
+    def view(self, key: str) -> _View:
+        axes = set(self.key_axes(key))
+        if axes & set(EXPERT_AXES):
+            if not axes <= set(self.expert.order):
+                raise ValueError(f"group key {key!r} mixes expert axes with {sorted(axes - set(self.expert.order))}")
+            return self.expert
+        return self.decoder
+
+    def signature(self, key: str) -> tuple:
+        """The (stride, size) runs a key spans: two keys with equal signatures have the same groups."""
+        if "@" in key:
+            return ("restricted", key)
+        view = self.view(key)
+        runs = sorted((view.strides[a], view.degrees[a]) for a in self.key_axes(key) if view.degrees[a] > 1)
+        merged: list[list[int]] = []
+        for stride, size in runs:
+            if merged and merged[-1][0] * merged[-1][1] == stride:
+                merged[-1][1] *= size
+            else:
+                merged.append([stride, size])
+        return tuple(map(tuple, merged))
+
+    def canonical(self, key: str) -> str:
+        """``key``, or the decoder-view key with the same groups (an expert axis that
+        coincides with tp, cp, dp or a combination names no new groups)."""
+        if self.view(key) is self.decoder:
+            return key
+        sig = self.signature(key)
+        axes = [a for a in RANK_AXES if a != "pp" or "pp" in self.key_axes(key)]
+        for n in range(1, len(axes) + 1):
+            for combo in combinations(axes, n):
+                if self.signature("+".join(combo)) == sig and all(self.degrees[a] > 1 for a in combo):
+                    return canonical_key(combo)
+        return key
 
     # ------------------------------------------------------------------ coordinates
     def coord(self, rank: int, axis: str) -> int:
-        return (rank // self.strides[axis]) % self.degrees[axis]
+        view = self.expert if axis in EXPERT_AXES else self.decoder
+        return (rank // view.strides[axis]) % view.degrees[axis]
 
     def coords(self, rank: int) -> dict[str, int]:
         return {a: self.coord(rank, a) for a in self.order}
+
+    def expert_coords(self, rank: int) -> dict[str, int]:
+        return {a: self.coord(rank, a) for a in self.expert.order}
 
     def rank(self, coords: Mapping[str, int]) -> int:
         return sum(coords.get(a, 0) * self.strides[a] for a in self.order)
 
     def coord_array(self, ranks: np.ndarray, axis: str) -> np.ndarray:
-        return (np.asarray(ranks, dtype=np.int64) // self.strides[axis]) % self.degrees[axis]
+        view = self.expert if axis in EXPERT_AXES else self.decoder
+        return (np.asarray(ranks, dtype=np.int64) // view.strides[axis]) % view.degrees[axis]
 
     # ------------------------------------------------------------------ groups
     @staticmethod
@@ -82,64 +163,70 @@ class Mesh:
         return [axis for axis, _ in self._parts(key)]
 
     def group_size(self, key: str) -> int:
+        view = self.view(key)
         n = 1
         for axis, coords in self._parts(key):
-            n *= len(coords) if coords is not None else self.degrees[axis]
+            n *= len(coords) if coords is not None else view.degrees[axis]
         return n
 
     def num_groups(self, key: str) -> int:
+        view = self.view(key)
         n = 1
         inside = set(self.key_axes(key))
-        for a in self.order:
+        for a in view.order:
             if a not in inside:
-                n *= self.degrees[a]
+                n *= view.degrees[a]
         return n
 
     def group_index(self, key: str, rank: int) -> int:
         """Index of rank's group among the groups of ``key`` (mixed radix over the other axes)."""
+        view = self.view(key)
         inside = set(self.key_axes(key))
         index, radix = 0, 1
-        for a in self.order:
+        for a in view.order:
             if a in inside:
                 continue
-            index += self.coord(rank, a) * radix
-            radix *= self.degrees[a]
+            index += (rank // view.strides[a]) % view.degrees[a] * radix
+            radix *= view.degrees[a]
         return index
 
     def group_index_array(self, key: str, ranks: np.ndarray) -> np.ndarray:
         """:meth:`group_index` of every rank in ``ranks``."""
+        view = self.view(key)
         inside = set(self.key_axes(key))
         ranks = np.asarray(ranks, dtype=np.int64)
         index, radix = np.zeros(ranks.shape, dtype=np.int64), 1
-        for a in self.order:
+        for a in view.order:
             if a in inside:
                 continue
-            index += self.coord_array(ranks, a) * radix
-            radix *= self.degrees[a]
+            index += (ranks // view.strides[a]) % view.degrees[a] * radix
+            radix *= view.degrees[a]
         return index
 
     def all_group_members(self, key: str) -> np.ndarray:
         """Members of every group of ``key``: row ``g`` holds group ``g``'s ranks, ascending."""
+        view = self.view(key)
         parts = dict(self._parts(key))
         base = np.zeros(1, dtype=np.int64)  # first rank of each group, in group_index order
-        for a in self.order:
+        for a in view.order:
             if a not in parts:
-                base = (base[None, :] + self.strides[a] * np.arange(self.degrees[a])[:, None]).ravel()
+                base = (base[None, :] + view.strides[a] * np.arange(view.degrees[a])[:, None]).ravel()
         offsets = np.zeros(1, dtype=np.int64)
-        for a in self.order:
+        for a in view.order:
             if a in parts:
-                coords = parts[a] if parts[a] is not None else range(self.degrees[a])
-                offsets = (offsets[None, :] + self.strides[a] * np.asarray(coords)[:, None]).ravel()
+                coords = parts[a] if parts[a] is not None else range(view.degrees[a])
+                offsets = (offsets[None, :] + view.strides[a] * np.asarray(coords)[:, None]).ravel()
         return base[:, None] + np.sort(offsets)[None, :]
 
     def group_members(self, key: str, rank: int) -> list[int]:
+        view = self.view(key)
         parts = dict(self._parts(key))
-        inside = [a for a in self.order if a in parts]
-        base = rank - sum(self.coord(rank, a) * self.strides[a] for a in inside)
+        inside = [a for a in view.order if a in parts]
+        base = rank - sum((rank // view.strides[a]) % view.degrees[a] * view.strides[a] for a in inside)
         members = [base]
         for a in inside:
-            coords = parts[a] if parts[a] is not None else range(self.degrees[a])
-            members = [m + i * self.strides[a] for i in coords for m in members]
+            coords = parts[a] if parts[a] is not None else range(view.degrees[a])
+            members = [m + i * view.strides[a] for i in coords for m in members]
         return sorted(members)
 
     def peer(self, rank: int, key: str) -> int:
@@ -182,7 +269,7 @@ class GroupTable:
 
     def __init__(self, mesh: Mesh, keys: Iterable[str]):
         self.mesh = mesh
-        order = {a: i for i, a in enumerate(RANK_AXES)}
+        order = {a: i for i, a in enumerate(_KEY_ORDER)}
         self.keys: list[str] = sorted(
             set(keys), key=lambda k: (len(k.split("+")), [order[a.partition("@")[0]] for a in k.split("+")], k))
         self.offset: dict[str, int] = {}

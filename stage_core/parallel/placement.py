@@ -106,6 +106,7 @@ class ShardedGraph:
     input_layout: dict[Tensor, dict[str, object]] = field(default_factory=dict)
     tag_hints: dict[str, dict[str, object]] = field(default_factory=dict)
     recompute: str = "none"
+    moe_dispatcher: str = "alltoall"  # how MoE tokens reach their experts (parallel.moe)
     pipeline: tuple[int, int] = (1, 1)  # (stages, virtual stages per rank): layers split into stages*virtual chunks
     stage_layers: tuple[int, ...] | None = None  # layers per chunk, in chunk order; None: an even split
     # axis -> block ("" for every block) -> dim names an op's sharding on that axis prefers,

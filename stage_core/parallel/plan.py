@@ -11,6 +11,7 @@ from ..tasks import DECODE, PREFILL, SERVE, TASKS, TRAIN
 
 AXES = ("tp", "cp", "ep", "dp", "pp")
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"
+MOE_DISPATCHERS = ("alltoall", "allgather")
 RECOMPUTE = ("none", "selective", "full")
 #: context-parallel attention: TransformerEngine's ring, Llama 3's K/V all-gather, DeepSpeed-Ulysses
 CP_COMM = ("p2p", "all-gather", "a2a")
@@ -32,6 +33,7 @@ CHOICES: dict[str, tuple] = {
     "grad_dtype": GRAD_DTYPES,
     "optimizer_dtype": OPTIMIZER_DTYPES,
     "task": TASKS,
+    "moe_dispatcher": MOE_DISPATCHERS,
 }
 
 
@@ -64,6 +66,10 @@ class Plan:
     pp: int = 1
     cp: int = 1
     ep: int = 1
+    etp: int | None = None  # expert tensor parallel degree; None: tp
+    moe_dispatcher: str = "alltoall"  # how routed tokens reach their experts (Megatron's token dispatchers)
+    moe_capacity_factor: float | None = None  # None: the model's (dropless unless it sets one)
+    moe_imbalance: float = 1.0  # rows of the busiest expert over the uniform share (dropless routing)
     sp: bool = False
     zero: int = 0
     recompute: str = "none"
@@ -89,6 +95,21 @@ class Plan:
     @property
     def world_size(self) -> int:
         return self.tp * self.cp * self.dp * self.pp
+
+    @property
+    def expert_tp(self) -> int:
+        """The expert layers' tensor-parallel degree (``etp``, by default tp)."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def expert_dp(self) -> int:
+        """The expert layers' data-parallel degree: tp·cp·dp / (etp·ep) (Megatron-Core)."""
+        return self.tp * self.cp * self.dp // (self.expert_tp * self.ep)
+
+    def degrees(self) -> dict[str, int]:
+        """Every mesh axis's degree: tp, cp, dp, pp, and the expert view's etp, ep, edp."""
+        return {"tp": self.tp, "cp": self.cp, "dp": self.dp, "pp": self.pp,
+                "etp": self.expert_tp, "ep": self.ep, "edp": self.expert_dp}
 
     @property
     def global_batch(self) -> int:
@@ -123,11 +144,32 @@ class Plan:
             )
         if self.sp and self.tp == 1:
             raise UsageError("--sp needs --tp above 1 (sequence parallel splits the sequence over the TP group)")
-        if self.ep > 1 and (self.dp * self.cp) % self.ep:
+        if self.etp is not None and not is_count(self.etp):
+            raise UsageError(f"--etp {self.etp}: must be a positive integer (1 or more)")
+        inner = self.tp * self.cp * self.dp
+        if self.expert_tp == self.tp and (self.dp * self.cp) % self.ep:
             raise UsageError(
                 f"--ep {self.ep}: expert parallel is carved out of dp*cp = {self.dp * self.cp}; "
                 f"ep must divide it (valid: {', '.join(str(d) for d in divisors(self.dp * self.cp))})"
             )
+        if inner % self.expert_tp:
+            raise UsageError(
+                f"--etp {self.expert_tp}: expert layers split tp*cp*dp = {inner} ranks into etp x ep x edp, so etp "
+                f"must divide {inner} (valid --etp: {', '.join(map(str, divisors(inner)))})")
+        if inner % (self.expert_tp * self.ep):
+            valid = [d for d in divisors(inner) if inner % (d * self.expert_tp) == 0]
+            raise UsageError(
+                f"--ep {self.ep} with --etp {self.expert_tp}: expert layers split tp*cp*dp = {inner} ranks into "
+                f"etp x ep x edp, so etp*ep must divide {inner} (valid --ep: {', '.join(map(str, valid))})"
+            )
+        cf = self.moe_capacity_factor
+        if cf is not None and (isinstance(cf, bool) or not isinstance(cf, (int, float)) or not cf > 0):
+            raise UsageError(f"--moe-capacity-factor {cf}: must be a positive number (e.g. 1.25), or omitted for "
+                             f"dropless routing")
+        imb = self.moe_imbalance
+        if isinstance(imb, bool) or not isinstance(imb, (int, float)) or not 1 <= imb < float("inf"):
+            raise UsageError(f"--moe-imbalance {imb}: the busiest expert's rows over the uniform share; "
+                             f"must be 1 or more")
         if self.virtual_stages > 1 and self.pp == 1:
             raise UsageError("--virtual-stages above 1 needs --pp above 1")
         if self.stage_layers is not None:

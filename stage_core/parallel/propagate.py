@@ -37,10 +37,17 @@ Outputs then move to their hint (a tagged activation's wanted placement, or for
 an activation's gradient the placement of that activation) right after the op,
 except that a Partial output whose every reader is a sum stays Partial (rule 1
 reduces the sum once).
+Expert layers run in a second view of the same ranks (Megatron-Core's expert
+groups): the tensors between a MoE dispatch and its combine, the experts' weights
+and their gradients have placements on the axes ``etp``, ``ep`` and ``edp``; every
+other tensor on ``tp``, ``cp``, ``dp``.  The dispatch and combine kernels (and their
+backward) move tokens from one view to the other (:mod:`.moe`).
+
 Gradients of parameters stay Partial until the gradient sync after the last
 micro-batch.  A redistribution is reused by later ops of the same phase; backward
-redoes what forward did (Megatron re-gathers the sequence-parallel input of a
-column-parallel linear for its weight gradient instead of keeping it).
+redoes a gather forward did (Megatron re-gathers the sequence-parallel input of a
+column-parallel linear for its weight gradient instead of keeping it) but not a
+reduction: the reduced tensor is what the forward op kept.
 """
 
 from __future__ import annotations
@@ -52,7 +59,8 @@ from ..ir.graph import Graph
 from ..ir.ops import FORWARD, OPTIMIZER, OTHER, Op, parse_spec
 from ..ir.tensor import Role, Tensor
 from ..trace import CollectiveType
-from .mesh import RANK_AXES
+from .mesh import EXPERT_AXES, RANK_AXES
+from . import moe
 from .placement import P, Partial, Replicate, Shard, ShardedGraph, dim_position, layout_key, transition_kind
 
 
@@ -68,6 +76,20 @@ class Redistribute:
     param_gather: bool = False
 
 
+@dataclass(frozen=True)
+class KernelComm:
+    """A collective a kernel runs itself, on group ``key``: ``per`` bytes times the
+    product of the op's local sizes of ``letters`` and whole sizes of ``whole``;
+    ``before`` the kernel or after."""
+
+    kind: CollectiveType
+    key: str
+    letters: str
+    per: int
+    before: bool = False
+    whole: str = ""
+
+
 @dataclass
 class OpPlan:
     op: Op
@@ -76,7 +98,7 @@ class OpPlan:
     in_layouts: list[dict] = field(default_factory=list)
     out_layouts: list[dict] = field(default_factory=list)
     letter_axes: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    kernel_comms: list[tuple[CollectiveType, str, str, int]] = field(default_factory=list)
+    kernel_comms: list[KernelComm] = field(default_factory=list)
     ring: tuple[str, str] | None = None  # (axis, letter): the kernel streams that letter's shards around the axis
 
 
@@ -90,6 +112,8 @@ class Propagation:
     plans: dict[Op, OpPlan]
     produced: dict[Tensor, dict]
     ops: list[Op]
+    expert: frozenset = frozenset()  # tensors placed in the expert view
+    kept: dict[Tensor, dict] = field(default_factory=dict)  # activations kept reduced for backward
 
     def plan(self, op: Op) -> OpPlan:
         return self.plans[op]
@@ -133,7 +157,11 @@ class _Propagator:
         self.sg = sg
         self.g: Graph = sg.graph
         self.axes = [a for a in RANK_AXES if sg.active(a)]
+        self.expert_axes = [a for a in EXPERT_AXES if sg.active(a)]
         self.params = set(self.g.params)
+        self.expert = moe.expert_tensors(self.g)
+        self.reduced_in_forward: set[tuple[Tensor, tuple]] = set()
+        self.kept: dict[Tensor, dict] = {}
         self.produced: dict[Tensor, dict] = {}
         self.avail: dict[tuple[Tensor, str], set] = {}
         self.plans: dict[Op, OpPlan] = {}
@@ -142,6 +170,10 @@ class _Propagator:
             if op.phase != OPTIMIZER:
                 for t in op.inputs:
                     self.readers.setdefault(t, []).append(op)
+
+    def axes_of(self, t: Tensor) -> list[str]:
+        """The mesh axes ``t`` has placements on: the expert view's or the others'."""
+        return self.expert_axes if t in self.expert else self.axes
 
     # ------------------------------------------------------------------ layouts of leaves
     def start_layout(self, t: Tensor) -> dict:
@@ -164,7 +196,7 @@ class _Propagator:
                     return None
             # the gradient of a Partial sum is the same for every term: Replicate
             return {a: (p if p is not None and not isinstance(p, Partial) else Replicate())
-                    for a in self.axes for p in [layout.get(a)]}
+                    for a in self.axes_of(t) for p in [layout.get(a)]}
         out = None
         for tag in sorted(t.tags):
             for axis, placement in self.sg.tag_hints.get(tag, {}).items():
@@ -190,7 +222,8 @@ class _Propagator:
             for part in self.split_partial_sum(op):
                 self.plans[part] = self.plan_op(part)
                 ops.append(part)
-        return Propagation(self.sg, self.axes, self.plans, self.produced, ops)
+        return Propagation(self.sg, self.axes, self.plans, self.produced, ops, frozenset(self.expert),
+                           self.kept)
 
     def split_partial_sum(self, op: Op) -> list[Op]:
         """``op``, or for a sum where two or more Partial inputs meet Sharded ones on an
@@ -198,7 +231,7 @@ class _Propagator:
         if not op.partial_ok or len(op.inputs) < 3:
             return [op]
         layouts = [self.start_layout(t) for t in op.inputs]
-        for axis in self.axes:
+        for axis in self.axes_of(op.outputs[0]):
             partial = [i for i, lay in enumerate(layouts) if isinstance(lay.get(axis), Partial)]
             sharded = [i for i, lay in enumerate(layouts) if isinstance(lay.get(axis), Shard)]
             if len(partial) >= 2 and sharded:
@@ -208,6 +241,8 @@ class _Propagator:
         ins, (out_term,) = parse_spec(op.spec)
         out = op.outputs[0]
         part = Tensor(f"{out.name}.partial_sum", out.shape, out.dtype, out.role, out.tags)
+        if out in self.expert:
+            self.expert.add(part)
         first = Op(name=f"{op.name}.partial_sum", kind=op.kind, fn=op.fn,
                    inputs=tuple(op.inputs[i] for i in partial), outputs=(part,),
                    spec=",".join(ins[i] for i in partial) + "->" + out_term,
@@ -222,13 +257,31 @@ class _Propagator:
         return [first, second]
 
     def sums_only(self, t: Tensor) -> bool:
-        """Every op that reads ``t`` is a sum (a Partial ``t`` may stay Partial for it)."""
+        """Every op that reads ``t`` is a sum or a MoE regrouping (a Partial ``t`` may stay
+        Partial for it: the sum reduces once, the regrouping reduces where it must)."""
         readers = self.readers.get(t, ())
-        return bool(readers) and all(op.partial_ok for op in readers)
+        return bool(readers) and all(op.partial_ok or moe.is_boundary(op) for op in readers)
 
     def plan_op(self, op: Op) -> OpPlan:
-        ins, outs = parse_spec(op.spec)
         phase = "F" if op.phase == FORWARD else "B"
+        if moe.is_boundary(op):
+            plan = moe.plan_boundary(self, op, phase)
+        else:
+            plan = self.plan_within_view(op, phase)
+        self.settle_outputs(plan, phase)
+        return plan
+
+    def view_axes(self, op: Op) -> list[str]:
+        tensors = [t for t in op.inputs + op.outputs]
+        views = {t in self.expert for t in tensors}
+        if len(views) > 1:
+            mixed = [t.name for t in tensors if t in self.expert]
+            raise PropagationError(f"op {op.name} mixes expert-layer tensors ({', '.join(mixed)}) with others; "
+                                   f"only a MoE dispatch or combine moves tokens between them")
+        return self.expert_axes if views == {True} else self.axes
+
+    def plan_within_view(self, op: Op, phase: str) -> OpPlan:
+        ins, outs = parse_spec(op.spec)
         plan = OpPlan(op)
         start = []
         for t in op.inputs:
@@ -245,7 +298,7 @@ class _Propagator:
 
         target = [dict(layout) for layout in start]
         out_layouts: list[dict] = [{} for _ in op.outputs]
-        for axis in self.axes:
+        for axis in self.view_axes(op):
             cur = [_letter(layout, axis, term) for layout, term in zip(start, ins)]
             out_hint = [_letter(h, axis, term) if h else None for h, term in zip(hints, outs)]
             new_in, new_out, kept, kcomms, ring = self.resolve_axis(op, axis, ins, outs, cur, out_hint, pinned,
@@ -265,19 +318,24 @@ class _Propagator:
             plan.pre += self.move(t, s, tgt, phase)
         plan.in_layouts = target
         plan.out_layouts = out_layouts
-        for o, natural, h in zip(op.outputs, out_layouts, hints):
+        return plan
+
+    def settle_outputs(self, plan: OpPlan, phase: str) -> None:
+        """Move each output to its hint right after the op; record what it is then."""
+        op = plan.op
+        for o, natural in zip(op.outputs, plan.out_layouts):
+            h = self.hint(o)
             final = natural
             if h is not None and not self.is_param_grad(o):
                 wanted = dict(natural)
                 keep_partial = self.sums_only(o)
-                for axis in self.axes:
+                for axis in self.axes_of(o):
                     if axis in h and not (keep_partial and isinstance(natural.get(axis), Partial)):
                         wanted = _set(wanted, axis, h[axis])
                 plan.post += self.move(o, natural, wanted, phase)
                 final = wanted
             self.produced[o] = final
             self.avail[(o, phase)] = {layout_key(final)}
-        return plan
 
     def resolve_axis(self, op, axis, ins, outs, cur, out_hint, pinned, grad_pins):
         """New input letters, output letters, the letters kept sharded, the kernel's own
@@ -315,8 +373,8 @@ class _Propagator:
                             choice = cur[j]
                             break
                 new[i] = choice
-        # 2. conflicting letters (a token letter and the slot letter it is regrouped
-        # into by a MoE dispatch or combine are one sharding seen from two sides)
+        # 2. conflicting letters (a letter and the slot letter an op writes it into, as
+        # a cache write's sequence and cache slots, are one sharding seen from two sides)
         letters = [c for c in new if c is not None]
         keep = None
         equiv = self.token_slot_equivalents(op, letters, axis, out_hint)
@@ -362,7 +420,7 @@ class _Propagator:
             declared = op.attrs.get("sharded_whole", {}).get(keep)
             if declared:
                 for kind, letters_, nbytes in declared:
-                    kcomms.append((CollectiveType[kind.upper()], axis, letters_, nbytes))
+                    kcomms.append(KernelComm(CollectiveType[kind.upper()], axis, letters_, nbytes))
             else:
                 new = [None if c == keep else c for c in new]
                 keep = None
@@ -388,12 +446,10 @@ class _Propagator:
             if letter is None and out_hint[j] not in (None, "P") and all(out_hint[j] not in t for t in ins):
                 letter = out_hint[j]  # a scatter writes only its shard of an output-only dim
             out.append(letter)
-        # the letters this axis shards: the kept one, and for a MoE regrouping the
-        # token letter and slot letter it stands for together
         if keep is None:
             kept = ()
         elif equiv and keep in equiv:
-            kept = tuple(sorted(equiv))
+            kept = tuple(sorted(equiv))  # the letter and the slot letter it stands for together
         else:
             kept = (keep,)
         if ring is not None:
@@ -415,12 +471,11 @@ class _Propagator:
         return None
 
     def token_slot_equivalents(self, op: Op, sharded: list[str], axis: str, hints=()) -> frozenset:
-        """For a MoE dispatch/combine: {token letter sharded here, slot letter}, else empty.
-
-        Dispatch regroups each rank's tokens into that rank's part of every expert's
-        slots, so a split of the tokens is a split of the slots.  The token letter is
-        the one sharded on this axis: on an input, else in an output's hint, else in
-        the forward op's plan (the sequence under SP and CP, the batch under DP)."""
+        """For an op that writes a letter's rows into slots (``attrs`` ``token_letters`` and
+        ``slot_letter``, as a cache write): {token letter sharded here, slot letter}, else
+        empty.  The token letter is the one sharded on this axis: on an input, else in an
+        output's hint, else in the forward op's plan.  (MoE dispatch and combine, which
+        also regroup tokens into slots, are planned by :mod:`.moe`.)"""
         slot = op.attrs.get("slot_letter")
         if not slot or not sharded:
             return frozenset()
@@ -445,14 +500,18 @@ class _Propagator:
         have = self.avail.setdefault((t, phase), set())
         if key in have:
             return []
+        if phase == "B" and (t, key) in self.reduced_in_forward:
+            self.kept[t] = dict(dst)  # the forward op kept the reduced tensor
+            have.add(key)
+            return []
         if phase == "B" and key in self.avail.get((t, "F"), ()) and all(
-                a in self.sg.reuse_forward for a in self.axes
+                a in self.sg.reuse_forward for a in self.axes_of(t)
                 if layout_key({a: src[a]} if a in src else {}) != layout_key({a: dst[a]} if a in dst else {})):
             have.add(key)  # backward reads the tensor as forward moved it (kept for backward)
             return []
         steps = []
         layout = dict(src)
-        for axis in self.axes:
+        for axis in self.axes_of(t):
             a, b = layout.get(axis), dst.get(axis)
             if layout_key({axis: a} if a else {}) == layout_key({axis: b} if b else {}):
                 continue
@@ -461,6 +520,8 @@ class _Propagator:
             steps.append(Redistribute(t, axis, kind, layout, after, param_gather))
             layout = after
         have.add(key)
+        if phase == "F" and t.role is Role.ACTIVATION and any(isinstance(p, Partial) for p in src.values()):
+            self.reduced_in_forward.add((t, key))
         return steps
 
 

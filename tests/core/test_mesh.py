@@ -85,3 +85,63 @@ def test_ring_peers_wrap_around_the_axis():
     import numpy as np
 
     assert mesh.peer_array("cp%-1", np.arange(16)).tolist() == [mesh.peer(r, "cp%-1") for r in range(16)]
+
+
+# --------------------------------------------------------------------------- expert view (issue 10, point 4)
+
+
+def _partition(mesh, key):
+    return sorted({tuple(mesh.group_members(key, r)) for r in range(mesh.world_size)})
+
+
+def test_sixteen_ranks_default_order_hand_worked():
+    # tp2 cp2 dp2 pp2, ep2 carved out of dp x cp, "tp-cp-ep-dp-pp" (Megatron's default).
+    # Decoder view: tp stride 1, cp stride 2, dp stride 4, pp stride 8.
+    # Expert view (Megatron's expert RankGenerator: the same order without cp, tp read as
+    # etp = 2, dp as edp = 2*2*2 / (2*2) = 2): etp stride 1, ep stride 2, edp stride 4, pp 8.
+    mesh = Mesh.from_plan(Plan(tp=2, cp=2, dp=2, pp=2, ep=2))
+    assert mesh.world_size == 16
+    assert _partition(mesh, "tp") == [(0, 1), (2, 3), (4, 5), (6, 7), (8, 9), (10, 11), (12, 13), (14, 15)]
+    assert _partition(mesh, "cp") == [(0, 2), (1, 3), (4, 6), (5, 7), (8, 10), (9, 11), (12, 14), (13, 15)]
+    assert _partition(mesh, "dp") == [(0, 4), (1, 5), (2, 6), (3, 7), (8, 12), (9, 13), (10, 14), (11, 15)]
+    assert _partition(mesh, "pp") == [(i, i + 8) for i in range(8)]
+    assert _partition(mesh, "cp+dp") == [(0, 2, 4, 6), (1, 3, 5, 7), (8, 10, 12, 14), (9, 11, 13, 15)]
+    assert _partition(mesh, "etp") == _partition(mesh, "tp")
+    assert _partition(mesh, "ep") == [(0, 2), (1, 3), (4, 6), (5, 7), (8, 10), (9, 11), (12, 14), (13, 15)]
+    assert _partition(mesh, "edp") == [(0, 4), (1, 5), (2, 6), (3, 7), (8, 12), (9, 13), (10, 14), (11, 15)]
+    # rank 13: tp 1, cp 0, dp 1, pp 1; expert coordinates etp 1, ep 0, edp 1, pp 1
+    assert mesh.coords(13) == {"tp": 1, "cp": 0, "dp": 1, "pp": 1}
+    assert mesh.expert_coords(13) == {"etp": 1, "ep": 0, "edp": 1, "pp": 1}
+    # ep is carved out of dp x cp: every ep group (and ep x edp) lies in one cp+dp group
+    for r in range(16):
+        assert set(mesh.group_members("ep", r)) <= set(mesh.group_members("cp+dp", r))
+        assert mesh.group_members("ep+edp", r) == mesh.group_members("cp+dp", r)
+    # in this order the ep groups are the cp groups: no new process groups
+    assert mesh.canonical("ep") == "cp" and mesh.canonical("edp") == "dp" and mesh.canonical("etp") == "tp"
+
+
+def test_sixteen_ranks_another_order_hand_worked():
+    # "tp-ep-dp-cp-pp": decoder view tp 1, dp 2, cp 4, pp 8; expert view (cp left out):
+    # etp 1, ep 2, edp 4, pp 8 -- now ep pairs the dp neighbours and edp the cp ones
+    mesh = Mesh.from_plan(Plan(tp=2, cp=2, dp=2, pp=2, ep=2, order="tp-ep-dp-cp-pp"))
+    assert _partition(mesh, "dp") == [(0, 2), (1, 3), (4, 6), (5, 7), (8, 10), (9, 11), (12, 14), (13, 15)]
+    assert _partition(mesh, "cp") == [(0, 4), (1, 5), (2, 6), (3, 7), (8, 12), (9, 13), (10, 14), (11, 15)]
+    assert _partition(mesh, "ep") == [(0, 2), (1, 3), (4, 6), (5, 7), (8, 10), (9, 11), (12, 14), (13, 15)]
+    assert _partition(mesh, "edp") == [(0, 4), (1, 5), (2, 6), (3, 7), (8, 12), (9, 13), (10, 14), (11, 15)]
+    assert mesh.coords(13) == {"tp": 1, "dp": 0, "cp": 1, "pp": 1}
+    assert mesh.expert_coords(13) == {"etp": 1, "ep": 0, "edp": 1, "pp": 1}
+    assert mesh.canonical("ep") == "dp" and mesh.canonical("edp") == "cp"
+    for r in range(16):
+        assert mesh.group_members("ep+edp", r) == mesh.group_members("cp+dp", r)
+
+
+def test_expert_tensor_parallel_below_tp_takes_ep_from_the_tp_ranks():
+    # etp 1 with tp 2, ep 4, dp 2 (8 ranks): the expert view is ep stride 1, edp stride 4,
+    # so each ep group spans a TP pair and its dp neighbours (Megatron requires SP here)
+    mesh = Mesh.from_plan(Plan(tp=2, dp=4, ep=4, etp=1))
+    assert _partition(mesh, "ep") == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    assert _partition(mesh, "edp") == [(0, 4), (1, 5), (2, 6), (3, 7)]
+    assert mesh.canonical("ep") == "ep"  # a group of its own: tp+dp would be all 8 ranks
+    table = GroupTable(mesh, ["tp", "ep", "edp"])
+    assert sorted(map(tuple, table.groups.values())) == sorted(
+        _partition(mesh, "tp") + _partition(mesh, "ep") + _partition(mesh, "edp"))

@@ -129,3 +129,14 @@ def test_partial_gradients_meeting_at_one_tensor_are_reduced_once(sp):
         assert acc_flops == s * 64 + (s // 2) * 64
     else:
         assert acc_flops == 2 * s * 64
+
+
+def test_a_degree_that_does_not_divide_a_batch_dim_names_the_batch_flags():
+    from stage_core.errors import UsageError
+
+    def declare(sg):
+        sg.shard_inputs("tp", "b")  # a strategy splitting the micro-batch over tp
+
+    with pytest.raises(UsageError, match="does not divide dim b = 1 .*raise --micro-batch-size \\(b is micro-batch "
+                                         "size x dp\\) so that it divides"):
+        lowered(Plan(tp=2), declare)

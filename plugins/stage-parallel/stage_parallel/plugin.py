@@ -24,6 +24,10 @@ def stage_strategies():
                      description="Megatron sequence parallel: norms and dropout on s/t, all-gather/reduce-scatter"),
         StrategySpec("zero", "dp", s.validate_zero, s.apply_zero, order=40,
                      description="ZeRO stages 1-3 (3 = FSDP): optimizer, gradients, parameters sharded over dp"),
+        StrategySpec("ep", "ep", s.validate_ep, s.apply_ep, order=45,
+                     description="expert parallel (Megatron-Core): experts split over ep (carved out of dp x cp) "
+                                 "and etp, tokens dispatched by all-to-all or all-gather, expert gradients "
+                                 "reduced over the expert-data-parallel group"),
         StrategySpec("pp", "pp", s.validate_pp, s.apply_pp, order=60,
                      description="pipeline parallel: layers split into stages (x virtual stages), evenly, as given "
                                  "or balanced by compute (--stage-layers), activations and their gradients sent "

@@ -10,7 +10,7 @@ sequence parallel) where the residual stream wants it.
 
 from __future__ import annotations
 
-from stage_core.parallel import FLAT, Replicate, Shard, ShardedGraph, divisors
+from stage_core.parallel import FLAT, Mesh, Replicate, Shard, ShardedGraph, divisors, expert_tensors
 
 from .stages import balanced_split, layer_weights
 
@@ -18,8 +18,9 @@ from .stages import balanced_split, layer_weights
 #: shards attention by KV group so each rank keeps whole groups), heads where a
 #: layer has no groups (MLA), a Mamba layer's SSM groups (each rank keeps whole
 #: groups of B and C with their heads, as Megatron's MambaMixer does), the FFN
-#: widths, the vocabulary
-TP_DIMS = ("g", "a", "mg", "f", "fs", "fe", "V")
+#: widths, the vocabulary.  The routed experts' weights are the expert view's (ep,
+#: etp), not tp's.
+TP_DIMS = ("g", "a", "mg", "f", "fs", "V")
 
 
 def _need_divides(what: str, flag: str, degree: int, dims: dict, names) -> list[str]:
@@ -58,7 +59,8 @@ def validate_tp(graph, plan) -> list[str]:
 def apply_tp(sg: ShardedGraph, mesh, plan) -> ShardedGraph:
     if plan.tp == 1:
         return sg
-    sg.shard_params("tp", TP_DIMS)
+    experts = expert_tensors(sg.graph)
+    sg.shard_params("tp", TP_DIMS, where=lambda p: p not in experts)
     if not plan.sp:
         sg.hint("residual", "tp", Replicate())  # the residual stream is whole on every TP rank
     return sg
@@ -106,6 +108,59 @@ def apply_zero(sg: ShardedGraph, mesh, plan) -> ShardedGraph:
                 layout = dict(sg.storage_layout(p))
                 layout[axis] = Shard(FLAT)  # stored sharded, gathered where used
                 sg.param_storage[p] = layout
+    return sg
+
+
+# --------------------------------------------------------------------------- ep
+
+
+def validate_ep(graph, plan) -> list[str]:
+    experts = graph.dims.get("E")
+    routed = experts is not None and any(op.fn == "moe_dispatch" for op in graph.ops)
+    out = []
+    if routed and not Mesh.from_plan(plan).expert_stages_match:
+        out.append(f"--order {plan.order}: with pp before dp the expert layers' data-parallel degree (edp "
+                   f"{plan.expert_dp}) must equal dp ({plan.dp}), or their pipeline stages would be other ranks "
+                   f"(Megatron-Core); put pp last, or choose --ep/--etp so that edp = dp")
+    if plan.ep == 1 and plan.etp is None:
+        return out
+    if not routed:
+        what = f"--ep {plan.ep}" if plan.ep > 1 else f"--etp {plan.etp}"
+        return [f"{what}: expert parallel needs a mixture-of-experts model; {graph.name} has no routed experts"]
+    if experts % plan.ep:
+        valid = [d for d in divisors(experts) if (plan.tp * plan.cp * plan.dp) % (d * plan.expert_tp) == 0]
+        out.append(f"--ep {plan.ep}: the {experts} experts must split evenly over ep; valid --ep: "
+                   f"{', '.join(map(str, valid))}")
+    out += _need_divides("expert tensor parallel", "--etp", plan.expert_tp, graph.dims, ("fe",))
+    if plan.tp > 1 and not plan.sp and plan.expert_tp != plan.tp:
+        out.append(f"--etp {plan.expert_tp} without --sp: the TP ranks hold the same tokens, so the experts' "
+                   f"tensor parallel group must be the TP group (--etp {plan.tp}); or add --sp")
+    return out
+
+
+def apply_ep(sg: ShardedGraph, mesh, plan) -> ShardedGraph:
+    """Experts' weights split over ep (experts) and etp (FFN width), their gradients
+    reduced over the expert-data-parallel group (ZeRO shards them there), tokens
+    dispatched by ``plan.moe_dispatcher`` (the core's :mod:`stage_core.parallel.moe`)."""
+    sg.moe_dispatcher = plan.moe_dispatcher
+    experts = expert_tensors(sg.graph)
+    weights = [p for p in sg.graph.params if p in experts]
+    if not weights:
+        return sg
+    for p in weights:
+        sg.param_compute.pop(p, None)
+    sg.shard_params("ep", ("E",), where=lambda p: p in experts)
+    sg.shard_params("etp", ("fe",), where=lambda p: p in experts)
+    sg.grad_target["edp"] = Shard(FLAT) if plan.zero >= 1 else Replicate()
+    if plan.zero >= 1:
+        sg.optimizer_sharded.add("edp")
+    if plan.zero >= 2:
+        sg.grad_storage_sharded.add("edp")
+    for p in weights:
+        storage = dict(sg.compute_layout(p))
+        if plan.zero >= 3:
+            storage["edp"] = Shard(FLAT)
+        sg.param_storage[p] = storage
     return sg
 
 
