@@ -268,3 +268,20 @@ def test_five_dimensions_with_uneven_stages_finish_in_the_simulator(write_set, s
     summary = results["summary"]
     assert summary["deadlocked_ranks"] == [] and summary["finished_ranks"] == 16, summary
     assert status == 0
+
+
+def test_published_mixtral_plan_all_to_all_by_hand():
+    # mixtral-8x7b-megatron: pp4 x 8 virtual stages of one layer, so 8 MoE layers per rank;
+    # 256 sequences over dp16 = 16 micro-batches; 4 all-to-alls of T·k·h·2 per layer and
+    # micro-batch over the ep8 group (carved out of dp16: edp 2)
+    from stage_core.cli import build_parser, plan_from_args
+    from stage_core.plugins import PluginHost
+
+    host = PluginHost()
+    model, overrides, plan, _ = plan_from_args(build_parser(host).parse_args(["report", "--plan",
+                                                                              "mixtral-8x7b-megatron"]), host)
+    assert (plan.ep, plan.dp, plan.expert_dp, plan.world_size) == (8, 16, 2, 64)
+    result = plan_job(host, model, overrides, plan, programs=False)
+    per = T * MIXTRAL["k"] * MIXTRAL["h"] * 2
+    for rc in result.manifest["rank_classes"]:
+        assert rc["comm_bytes"]["all_to_all"] == 8 * 16 * 4 * per == 34_359_738_368

@@ -32,7 +32,7 @@ def one_device(result) -> tuple[int, int]:
 
 def test_the_published_plans_are_there():
     assert {"llama3-405b-8k-gpus", "llama3-405b-16k-gpus", "llama3-405b-16k-gpus-128k",
-            "gpt3-175b-megatron"} <= set(PLANS)
+            "gpt3-175b-megatron", "deepseek-v3", "mixtral-8x7b-megatron"} <= set(PLANS)
 
 
 @pytest.mark.parametrize("name", PLANS)

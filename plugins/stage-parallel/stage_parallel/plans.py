@@ -44,4 +44,24 @@ def builtin_plans() -> list[PlanSpec]:
             description="GPT-3 175B as Megatron-LM trains it: tp8 pp8 with the interleaved 1F1B schedule "
                         "(2 virtual stages of 6 layers per GPU), full activation recompute, global batch 1,536 "
                         "sequences of 2,048 tokens, micro-batch 1, on 1,024 GPUs (dp16)"),
+        PlanSpec(
+            name="deepseek-v3",
+            settings={"model": "deepseek-v3", "pp": 16, "dp": 128, "ep": 64, "zero": 1, "stage-layers": "auto",
+                      "seq-len": 4096, "micro-batch-size": 1, "global-batch": 15360, "gpu": "h100"},
+            source="DeepSeek-V3 technical report (arXiv 2412.19437) §3.2 and §4.2",
+            description="DeepSeek-V3 (671B) on 2,048 GPUs: pp16 (its 61 layers split by compute: 3,3,4x13,3), "
+                        "ep64 carved out of dp128 (expert data parallel 2), ZeRO-1, no tp; 4,096-token sequences "
+                        "and the final batch of 15,360 (micro-batch 1 assumed). STAGE runs 1F1B, not DualPipe, "
+                        "keeps bf16 activations (the report stores some in FP8 and recomputes norms and MLA "
+                        "up-projections), and times H800s as the h100 preset (same compute and 80 GB; NVLink "
+                        "400 GB/s there): the first stage fits, the MoE stages' activations do not"),
+        PlanSpec(
+            name="mixtral-8x7b-megatron",
+            settings={"model": "mixtral-8x7b", "tp": 1, "pp": 4, "dp": 16, "ep": 8, "schedule": "interleaved",
+                      "virtual-stages": 8, "zero": 1, "moe-dispatcher": "alltoall", "seq-len": 4096,
+                      "micro-batch-size": 1, "global-batch": 256, "gpu": "h100"},
+            source="Megatron-Core MoE README, reference parallel mapping of MCore v0.8 (Mixtral 8x7B, dropless)",
+            description="Mixtral 8x7B as Megatron-Core trains it on 64 H100s: tp1 pp4 with 8 virtual stages of "
+                        "one layer, ep8 carved out of dp16, all-to-all dispatcher, dropless routing, distributed "
+                        "optimizer (ZeRO-1), 4,096-token sequences, micro-batch 1, global batch 256"),
     ]
