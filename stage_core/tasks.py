@@ -214,8 +214,9 @@ class _Inference:
         tokens = Tensor("sample", (b, one), "int64", Role.ACTIVATION)
         self.g.ops.append(Op(
             name="sample", kind="fused", fn="sample", inputs=(logits,), outputs=(tokens,), spec="bsv->bs",
-            flop_terms=((kernels.SAMPLE, "bsv", OTHER),), whole=frozenset("v"), layer=head.layer,
-            attrs={"sharded_whole": {"v": (("all_gather", "bs", kernels.SAMPLE_GATHER_BYTES),)}}))
+            # the whole vocabulary: a vocabulary-parallel head's logits are gathered first, as
+            # vLLM and Megatron-LM gather them before sampling
+            flop_terms=((kernels.SAMPLE, "bsv", OTHER),), whole=frozenset("v"), layer=head.layer))
         embedding = next((op for op in self.f.ops if op.kind == "embedding"), None)
         if embedding is not None and embedding.inputs[0] in self.f.inputs:
             self.g.feedback[tokens] = embedding.inputs[0]  # the next step embeds the sampled token

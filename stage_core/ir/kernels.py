@@ -137,8 +137,5 @@ SSD_STATE_UPDATE = 5
 
 # --------------------------------------------------------------------------- inference
 # Greedy sampling of the next token: one comparison per logit in a single arg-max pass
-# (as ROUTER_TOPK counts a selection); vocabulary-parallel, each rank also keeps its
-# best (value, index) and the group all-gathers them, SAMPLE_GATHER_BYTES per token
-# (an fp32 value and an int32 index).
+# (as ROUTER_TOPK counts a selection).
 SAMPLE = 1
-SAMPLE_GATHER_BYTES = 8

@@ -53,9 +53,9 @@ def test_llama3_70b_decode_one_all_reduce_per_block_per_layer_of_batch_h_2(llama
     assert {(n.comm_type, n.comm_size) for n in blocks} == {(CollectiveType.ALL_REDUCE, batch * H * 2)}
     for i in range(L):
         assert sum(n.name.endswith((f"layers.{i}.attn.proj", f"layers.{i}.mlp.down")) for n in blocks) == 2
-    # the rest: the vocabulary-parallel embedding's all-reduce, the sampler's small all-gather
+    # the rest: the vocabulary-parallel embedding's all-reduce, the logits gathered for the sampler
     rest = sorted((n.comm_type, n.comm_size) for n in colls if n not in blocks)
-    assert rest == [(CollectiveType.ALL_REDUCE, batch * H * 2), (CollectiveType.ALL_GATHER, 8 * batch)]
+    assert rest == [(CollectiveType.ALL_REDUCE, batch * H * 2), (CollectiveType.ALL_GATHER, batch * V // 8 * 2)]
 
 
 def test_llama3_70b_prefill_is_the_forward_count_with_causal_attention(host):

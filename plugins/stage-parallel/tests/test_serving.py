@@ -35,7 +35,7 @@ def test_tensor_parallel_decode_all_reduces_once_per_block(traces):
         assert reduced == sorted(["embedding"] + [f"layers.{i}.{o}" for i in range(L) for o in ("attn.out", "mlp.fc2")])
         assert len(colls) == 2 * L + 2
         sample = [c[1:] for c in colls if "sample" in c[0]]
-        assert sample == [(CollectiveType.ALL_GATHER, 8 * b)]  # each rank's best logit (value, index)
+        assert sample == [(CollectiveType.ALL_GATHER, b * 128 // 2 * 2)]  # each rank's logits over V/tp of 128
 
 
 # --------------------------------------------------------------------------- disaggregated serving
