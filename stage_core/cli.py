@@ -107,8 +107,9 @@ def _add_plan_flags(p: argparse.ArgumentParser, host: PluginHost | None) -> None
     g.add_argument("--prefill-ranks", type=int, metavar="P", help="serve: ranks 0..P-1 run prefill")
     g.add_argument("--decode-ranks", type=int, metavar="D", help="serve: the next D ranks run decode")
     g.add_argument("--prefill-plan", metavar="KEY=VALUE,...",
-                   help="serve: the prefill side's own tp, pp, dp, cp, cp-comm, ep, micro-batch-size, "
-                        "micro-batches over the main flags (dp: its ranks over tp x cp x pp by default)")
+                   help="serve: the prefill side's own tp, pp, dp, cp, cp-comm, ep, etp, moe-dispatcher, "
+                        "micro-batch-size, micro-batches over the main flags (dp: its ranks over tp x cp x pp by "
+                        "default)")
     g.add_argument("--decode-plan", metavar="KEY=VALUE,...",
                    help="serve: the decode side's own settings, as --prefill-plan (no cp)")
     g = p.add_argument_group("batch")

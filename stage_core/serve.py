@@ -41,8 +41,8 @@ from .tasks import DECODE, PREFILL, SERVE
 from .trace import NodeType, ProgramNode, RankProgram, TraceJob
 
 #: what a side's --prefill-plan / --decode-plan list may set (its own values, over the main flags)
-SIDE_KEYS = {"tp": int, "pp": int, "dp": int, "cp": int, "ep": int, "micro-batch-size": int, "micro-batches": int,
-             "cp-comm": str}
+SIDE_KEYS = {"tp": int, "pp": int, "dp": int, "cp": int, "ep": int, "etp": int, "micro-batch-size": int,
+             "micro-batches": int, "cp-comm": str, "moe-dispatcher": str}
 #: KV-cache messages' tags: above any pipeline tag of either side
 KV_TAG = 1 << 24
 #: the peer key of a KV message: an absolute rank

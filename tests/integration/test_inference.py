@@ -105,6 +105,21 @@ def test_a_context_beyond_the_models_positions_is_one_line(run_stage, argv, word
         done.stderr
 
 
+@pytest.mark.parametrize("task,tokens", [("decode", 16), ("prefill", 2 * 512)])
+def test_expert_parallel_dispatch_is_sized_by_the_steps_tokens(host, task, tokens):
+    """REFERENCE §3: per MoE layer an all-to-all dispatch and combine of T·k·h·2 bytes per GPU,
+    T the tokens the rank has in the step: one per request in decode, the prompts' in prefill."""
+    layers, h, k, experts, ep = 2, 4096, 2, 8, 4  # Mixtral 8x7B, 2 layers
+    plan = (Plan(task="decode", ep=ep, dp=ep, micro_batch_size=16, context_len=2048) if task == "decode" else
+            Plan(task="prefill", ep=ep, dp=ep, micro_batch_size=2, seq_len=512))
+    r = plan_job(host, "mixtral-8x7b", {"layers": str(layers)}, plan)
+    (rc,) = r.reports
+    assert rc.comm_bytes["all_to_all"] == layers * 2 * tokens * k * h * 2
+    dense = plan_job(host, "mixtral-8x7b", {"layers": str(layers)}, plan.replace(ep=1)).reports[0]
+    experts_bytes = layers * experts * 3 * h * 14336 * 2  # gate, up, down of every expert, bf16
+    assert dense.memory_bytes["parameters"] - rc.memory_bytes["parameters"] == experts_bytes - experts_bytes // ep
+
+
 # --------------------------------------------------------------------------- the real simulator
 DENSE = ("llama3-8b", {"layers": 4})
 MOE = ("mixtral-8x7b", {"layers": 2})
@@ -117,6 +132,8 @@ SETS = [
     (*DENSE, Plan(task="prefill", cp=2, tp=2, cp_comm="all-gather", seq_len=2048)),
     (*MOE, Plan(task="prefill", tp=2, micro_batch_size=2, seq_len=1024)),
     (*MOE, Plan(task="decode", tp=2, dp=2, micro_batch_size=16, context_len=2048)),
+    (*MOE, Plan(task="decode", ep=4, dp=4, micro_batch_size=16, context_len=2048, decode_steps=2)),
+    (*MOE, Plan(task="prefill", ep=2, dp=2, tp=2, micro_batch_size=2, seq_len=1024)),
 ]
 
 
@@ -156,10 +173,13 @@ SERVE_SETS = [
     # MoE: prefill tp2, decode tp4
     (*MOE, Plan(task="prefill", tp=2, micro_batch_size=4, seq_len=512),
      Plan(task="decode", tp=4, micro_batch_size=16, context_len=513)),
+    # MoE: prefill tp2 ep2 (dp2), decode ep4 (dp4)
+    (*MOE, Plan(task="prefill", tp=2, ep=2, dp=2, micro_batch_size=2, seq_len=512),
+     Plan(task="decode", ep=4, dp=4, micro_batch_size=8, context_len=513)),
 ]
 
 
-@pytest.mark.parametrize("model,overrides,prefill,decode", SERVE_SETS, ids=["dense", "moe"])
+@pytest.mark.parametrize("model,overrides,prefill,decode", SERVE_SETS, ids=["dense", "moe", "moe-ep"])
 def test_serve_sets_finish_on_every_rank(host, tmp_path, simulate, model, overrides, prefill, decode):
     from stage_core.api import write_trace_set
     from stage_core.serve import plan_serve
