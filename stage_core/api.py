@@ -346,6 +346,7 @@ def write_trace_set(host: PluginHost, result: Result, out: str | os.PathLike, fm
     target = check_target(out)
     manifest = dict(result.manifest)
     manifest["format"] = backend.format_id or backend.name
+    manifest["rank_classes"] = [dict(rc) for rc in manifest["rank_classes"]]
     if ranks is not None:
         manifest["subset"] = {"ranks": ranks_text(ranks), "count": len(ranks)}
     files = result.job.world_size if ranks is None else len(ranks)
@@ -363,10 +364,17 @@ def write_trace_set(host: PluginHost, result: Result, out: str | os.PathLike, fm
             from .validate import validate as run_checks
 
             trace_set = open_trace_set(backend, tmp)
+            costs: dict = {}
             with _phase(progress, "validating", files) as done:
-                problems = run_checks(_counted(trace_set, done))
+                problems = run_checks(_counted(trace_set, done), costs=costs)
             if problems:
                 raise TraceError([str(p) for p in problems])
+            # the programs as read back and validated: a later change of any node shows
+            for rc in manifest["rank_classes"]:
+                present = [r for r in rc["ranks"] if r in costs]
+                if present:
+                    rc["program_sha256"] = costs[present[0]].program
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return Path(out)
 
 
@@ -411,6 +419,9 @@ def open_trace_set(backend, directory: Path) -> TraceSet:
         if isinstance(exc, StageError):
             raise
         raise TraceReadError(f"the {backend.name} reader cannot open it: {exc}", path=directory) from exc
+    manifest = read_manifest(Path(directory))
+    if manifest is not None:
+        trace_set = replace(trace_set, metadata={**(trace_set.metadata or {}), "manifest": manifest})
     inner = trace_set.iter_ranks
 
     def iter_ranks():
@@ -425,6 +436,23 @@ def open_trace_set(backend, directory: Path) -> TraceSet:
             raise TraceReadError(f"the {backend.name} reader failed on {which}: {exc}", path=directory) from exc
 
     return replace(trace_set, iter_ranks=iter_ranks)
+
+
+def read_manifest(directory: Path) -> Any:
+    """The parsed ``manifest.json`` of the set in ``directory`` (validate checks it); None
+    when there is none (a set of another generator)."""
+    path = directory / MANIFEST
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise TraceReadError(f"cannot read it ({exc.strerror or exc})", path=path) from None
+    except UnicodeDecodeError as exc:
+        raise TraceReadError(f"not UTF-8 text ({exc.reason})", path=path, offset=exc.start) from None
+    except (ValueError, RecursionError) as exc:
+        raise TraceReadError(f"not JSON ({'nested too deep' if isinstance(exc, RecursionError) else exc})",
+                             path=path) from None
 
 
 def read_trace_set(host: PluginHost, directory: Path):

@@ -214,21 +214,22 @@ def _generic_nodes(report: ClassReport, micro_batch: int = GENERIC) -> list[int]
     return out
 
 
-def _deltas(report: ClassReport, micro_batch: int) -> tuple[int, dict, dict]:
-    """(nodes, FLOPs, bytes moved) the steps of ``micro_batch`` added."""
-    nodes = 0
+def _deltas(report: ClassReport, micro_batch: int) -> tuple[int, int, dict, dict]:
+    """(nodes, kernel bytes, FLOPs, bytes moved) the steps of ``micro_batch`` added."""
+    nodes = kernel_bytes = 0
     flops = dict.fromkeys(report.flops, 0)
     comm = dict.fromkeys(report.comm_bytes, 0)
-    before = Step(-1, 0, dict.fromkeys(flops, 0), dict.fromkeys(comm, 0))
+    before = Step(-1, 0, dict.fromkeys(flops, 0), dict.fromkeys(comm, 0), 0)
     for step in report.steps:
         if step.micro_batch == micro_batch:
             nodes += step.nodes - before.nodes
+            kernel_bytes += step.kernel_bytes - before.kernel_bytes
             for key in step.flops:
                 flops[key] += step.flops[key] - before.flops[key]
             for key in step.comm:
                 comm[key] += step.comm[key] - before.comm[key]
         before = step
-    return nodes, flops, comm
+    return nodes, kernel_bytes, flops, comm
 
 
 def _extrapolate(sample: Lowered, plan: Plan, count: int, order: Order) -> list[ClassReport] | None:
@@ -241,7 +242,7 @@ def _extrapolate(sample: Lowered, plan: Plan, count: int, order: Order) -> list[
         generic = _deltas(report, GENERIC)
         if not report.steps or generic != _deltas(report, count - 2):
             return None
-        nodes, flops, comm = generic
+        nodes, kernel_bytes, flops, comm = generic
         acts = report.chunk_activations
         if _peak(order, plan, count, stage, acts) != report.memory_bytes["activations"]:
             return None
@@ -254,7 +255,8 @@ def _extrapolate(sample: Lowered, plan: Plan, count: int, order: Order) -> list[
         flops_at["total"] = flops_at["matmul"] + flops_at["other"]
         out.append(ClassReport(report.ranks, flops_at, memory,
                                {k: v + added * comm[k] for k, v in report.comm_bytes.items()},
-                               nodes=report.nodes + added * nodes))
+                               nodes=report.nodes + added * nodes,
+                               kernel_bytes=report.kernel_bytes + added * kernel_bytes))
     return out
 
 

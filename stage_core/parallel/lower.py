@@ -46,17 +46,23 @@ class Step:
     nodes: int
     flops: dict[str, int]
     comm: dict[str, int]
+    kernel_bytes: int = 0
 
 
 @dataclass
 class ClassReport:
-    """What one rank of a class computes, holds and moves in one training step."""
+    """What one rank of a class computes, holds and moves in one training step.
+
+    ``nodes``: the nodes of each rank's program; ``kernel_bytes``: the bytes its kernels
+    read and write (the compute nodes' tensor_size, a kernel with none counted 0).
+    """
 
     ranks: tuple[int, ...]
     flops: dict[str, int]
     memory_bytes: dict[str, int]
     comm_bytes: dict[str, int]
     nodes: int = 0
+    kernel_bytes: int = 0
     # for stage_core.bounds (a large micro-batch count from a small one): the program's
     # state after each schedule step, and the activation bytes a micro-batch keeps per chunk
     steps: list[Step] = field(default_factory=list, repr=False)
@@ -68,6 +74,8 @@ class ClassReport:
             "flops": dict(self.flops),
             "memory_bytes": dict(self.memory_bytes),
             "comm_bytes": dict(self.comm_bytes),
+            "kernel_bytes": self.kernel_bytes,
+            "nodes": self.nodes,
         }
 
 
@@ -303,6 +311,7 @@ class _Program:
         self.step_tail: int | None = None  # last node of the previous schedule step
         self.step_last: int | None = None
         self.steps: list[Step] = []
+        self.kernel_bytes = 0  # bytes the kernels read and write
         self.chunk_acts: dict[int, int] = {}  # activation bytes a micro-batch keeps in each chunk
         self.background: dict[int, Background] = {}
         self.last_gather: int | None = None  # the step's last parameter gather (ZeRO-3)
@@ -328,6 +337,7 @@ class _Program:
                                       tensor_size=max(nbytes, 1), flops_kind=kind, kernel=kernel))
         self.flops["matmul"] += mm
         self.flops["other"] += other
+        self.kernel_bytes += nbytes
         self.step_last = nid
         return nid
 
@@ -361,7 +371,7 @@ class _Program:
     def end_step(self, micro_batch: int):
         self.step_tail = self.step_last
         self.steps.append(Step(micro_batch, len(self.nodes), {**self.flops, "model": self.model_flops},
-                               dict(self.comm)))
+                               dict(self.comm), self.kernel_bytes))
         self.last_gather = None
 
     def finish(self, timing: "Timing | None" = None) -> None:
@@ -946,7 +956,8 @@ class Lowerer:
             flops["total"] = flops["matmul"] + flops["other"]
             flops["model"] = prog.model_flops
             reports.append(ClassReport(ranks, flops, self.memory(stage, peak), dict(prog.comm), nodes=len(prog.nodes),
-                                       steps=prog.steps, chunk_activations=dict(prog.chunk_acts)))
+                                       kernel_bytes=prog.kernel_bytes, steps=prog.steps,
+                                       chunk_activations=dict(prog.chunk_acts)))
             programs.append(RankProgram(ranks, tuple(prog.nodes), label=f"stage{stage}"))
         return Lowered(programs, reports, set(self.group_keys), self.stage_layers)
 

@@ -15,7 +15,10 @@ graph walks only.  The checks, by concern:
   and comm_dst), and :mod:`.ranks` adds each rank's own part and its summary;
 * :mod:`.groups` - comm group definitions, membership, each group's collective
   sequence on its members, a deadlock-free order across groups;
-* :mod:`.pairs` - peers, and every send meeting its receive.
+* :mod:`.pairs` - peers, and every send meeting its receive;
+* :mod:`.manifest` - a STAGE set's manifest.json (``trace_set.metadata["manifest"]``)
+  against the files: world size, rank classes, and each class's nodes, FLOPs, kernel
+  bytes, bytes per collective type and compute time recomputed from every rank.
 
 A set may hold some ranks of its world only (``trace_set.ranks``, written with
 ``stage generate --ranks``): each rank present is checked in full, a group's
@@ -36,6 +39,7 @@ from ..trace import TraceSet
 from . import groups as group_checks
 from . import pairs as pair_checks
 from .contract import ATTR_KINDS
+from .manifest import CostMemo, check_manifest
 from .problems import Problem, Problems
 from .ranks import RankSummary, check_rank_number, scan_rank
 from .shapes import Shapes
@@ -43,16 +47,17 @@ from .shapes import Shapes
 __all__ = ["ATTR_KINDS", "Problem", "check", "validate"]
 
 
-def validate(trace_set: TraceSet, max_problems: int = 50) -> list[Problem]:
+def validate(trace_set: TraceSet, max_problems: int = 50, costs: dict | None = None) -> list[Problem]:
     """Every defect found in ``trace_set``, at most ``max_problems`` of them.
 
     When more were found, a last problem (rank None) says how many were left out.
-    An empty list means the set is fit for ASTRA-sim.
+    An empty list means the set is fit for ASTRA-sim.  ``costs``, when given, is
+    filled with each rank's :class:`~.manifest.Costs` (what a manifest states of it).
 
     Python's cyclic garbage collector is paused meanwhile (see :func:`_paused_gc`).
     """
     with _paused_gc():
-        return _validate(trace_set, max_problems)
+        return _validate(trace_set, max_problems, costs)
 
 
 @contextmanager
@@ -75,21 +80,29 @@ def _paused_gc() -> Iterator[None]:
         gc.enable()
 
 
-def _validate(trace_set: TraceSet, max_problems: int) -> list[Problem]:
+def _validate(trace_set: TraceSet, max_problems: int, costs: dict | None) -> list[Problem]:
     out = Problems(max_problems)
     groups = group_checks.check_groups(trace_set, out)
     summaries: dict[int, RankSummary] = {}
     shapes = Shapes(max_problems)
+    manifest = (trace_set.metadata or {}).get("manifest")
+    memo = CostMemo()
+    wanted = manifest is not None or costs is not None
+    costs = {} if costs is None else costs
     for rank, nodes in trace_set.iter_ranks():
         if check_rank_number(rank, trace_set.world_size, summaries, out):
             summaries[rank] = scan_rank(rank, nodes, groups, trace_set.world_size,
                                         shapes, out)
+            if wanted:
+                costs[rank] = memo.costs(nodes)
     subset = trace_set.ranks is not None
     for rank in trace_set.ranks if subset else range(trace_set.world_size):
         if rank not in summaries:
             out.at(rank, None, "", "no trace for this rank")
     group_checks.check_collectives(groups, summaries, out)
     pair_checks.check_point_to_point(summaries, out, subset)
+    if manifest is not None:
+        check_manifest(manifest, trace_set.world_size, sorted(summaries), costs, out)
     return out.result()
 
 

@@ -87,6 +87,12 @@ def _index_ids(rank: int | None, nodes: Sequence[TraceNode],
         first = by_id.setdefault(node.id, node)
         if first is not node:
             out.add(rank, node, f"duplicate node id {node.id} (also {first.name!r})")
+    if len(by_id) < len(nodes):  # the very same node object twice: a reader shares equal records
+        seen: set[int] = set()
+        for node in nodes:
+            if node.id in seen and by_id[node.id] is node:
+                out.add(rank, node, f"duplicate node id {node.id} (also {node.name!r}, the same record twice)")
+            seen.add(node.id)
     return by_id
 
 

@@ -148,7 +148,7 @@ def test_report_json_has_the_manifest_keys(host, capsys):
     assert status == 0
     data = json.loads(stdout)
     rc = data["rank_classes"][0]
-    assert set(rc) == {"ranks", "flops", "memory_bytes", "comm_bytes"}
+    assert set(rc) == {"ranks", "flops", "memory_bytes", "comm_bytes", "kernel_bytes", "nodes"}
     assert set(rc["memory_bytes"]) == {"parameters", "gradients", "optimizer", "activations", "total"}
     assert set(rc["comm_bytes"]) == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send", "recv"}
     assert rc["flops"]["total"] == rc["flops"]["matmul"] + rc["flops"]["other"]

@@ -21,7 +21,9 @@ def manifest_of(run_stage, command, *argv, out=None):
 def test_an_extrapolated_report_is_the_generated_sets_manifest(run_stage, tmp_path, plan):
     report = manifest_of(run_stage, "report", *plan)
     written = manifest_of(run_stage, "generate", *plan, out=tmp_path / "set")
-    assert report["rank_classes"] == written["rank_classes"]  # FLOPs, memory, bytes, compute time
+    for rc in written["rank_classes"]:
+        assert len(rc.pop("program_sha256")) == 64  # what the files were validated as: a set's own key
+    assert report["rank_classes"] == written["rank_classes"]  # FLOPs, memory, bytes, nodes, compute time
 
 
 def test_report_of_100000_micro_batches_is_quick_and_small(run_stage):
