@@ -371,9 +371,9 @@ def write_trace_set(host: PluginHost, result: Result, out: str | os.PathLike, fm
                 raise TraceError([str(p) for p in problems])
             # the programs as read back and validated: a later change of any node shows
             for rc in manifest["rank_classes"]:
-                present = [r for r in rc["ranks"] if r in costs]
-                if present:
-                    rc["program_sha256"] = costs[present[0]].program
+                digests = {costs[r].program for r in rc["ranks"] if r in costs}
+                if len(digests) == 1:  # (a class of one program; a served set's ranks differ)
+                    rc["program_sha256"] = digests.pop()
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return Path(out)
 

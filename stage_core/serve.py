@@ -30,6 +30,8 @@ programs start with their receives.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
@@ -324,6 +326,23 @@ def _moved(node: ProgramNode, shift: int, ctrl: tuple[int, ...]) -> ProgramNode:
 
 
 # --------------------------------------------------------------------------- manifest
+def _with_transfers(classes: list[dict], side: str, offset: int, extra) -> list[dict]:
+    """A side's rank classes with their KV transfers counted: ``extra(rank)`` gives the
+    (nodes, bytes sent, bytes received) the transfers add to a rank, and the ranks of a
+    class to which they add alike stay one class (so the manifest says what each file holds)."""
+    out = []
+    for rc in classes:
+        groups: dict[tuple, list[int]] = {}
+        for r in rc["ranks"]:
+            groups.setdefault(extra(r), []).append(r)
+        for (nodes, sent, received), ranks in groups.items():
+            comm = dict(rc["comm_bytes"], send=rc["comm_bytes"]["send"] + sent,
+                        recv=rc["comm_bytes"]["recv"] + received)
+            out.append({**rc, "side": side, "ranks": [offset + r for r in ranks], "comm_bytes": comm,
+                        "nodes": rc["nodes"] + nodes})
+    return out
+
+
 def serve_manifest(pre, dec, transfers, routes: Routes, world: int) -> dict:
     P = pre.job.world_size
     sent: dict[int, int] = {}
@@ -334,8 +353,10 @@ def serve_manifest(pre, dec, transfers, routes: Routes, world: int) -> dict:
     per_request: dict[int, int] = {}
     for p, d, q, n in transfers:
         per_request[q] = per_request.get(q, 0) + n
-    classes = [{**rc, "side": PREFILL} for rc in pre.manifest["rank_classes"]]
-    classes += [{**rc, "side": DECODE, "ranks": [P + r for r in rc["ranks"]]} for rc in dec.manifest["rank_classes"]]
+    sends = Counter(p for p, d, q, n in transfers)
+    recvs = Counter(d for p, d, q, n in transfers)
+    classes = _with_transfers(pre.manifest["rank_classes"], PREFILL, 0, lambda r: (sends[r], sent.get(r, 0), 0))
+    classes += _with_transfers(dec.manifest["rank_classes"], DECODE, P, lambda r: (recvs[r], 0, received.get(r, 0)))
     out = {
         "stage_version": __version__,
         "format": pre.manifest["format"],

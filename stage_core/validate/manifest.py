@@ -11,18 +11,19 @@ one of those numbers is recomputed from the files and compared:
   num_ops, where a kernel without arithmetic is written as 1), the kernels' bytes
   (``kernel_bytes``: tensor_size, likewise), the compute time (``compute_time_us``:
   duration_micros, when the set was timed), and no node is a CPU op;
-* each rank's program: ``program_sha256`` (a set written with validation has it)
+* each rank's program: ``program_sha256`` (a set written with validation has it for
+  every class whose ranks run one program)
   digests every node's id, name, type, dependencies, duration and attributes (name,
   kind, value), all but the values that differ between the ranks of a class (pg_name,
   comm_src, comm_dst, which the group and pair checks follow), as the set was read back
   and validated when it was written; so any change of a node is seen;
-* the ranks of a class have the same costs and program.
+* the ranks of a class have the same costs.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..trace import COMM_KEYS, RANK_ATTRS, NodeType, StampedNodes, TraceNode
@@ -45,7 +46,7 @@ class Costs:
     comm: tuple[tuple[str, int], ...]  # (manifest key, bytes), in COMM_FIELDS order
     micros: int
     cpu_ops: int
-    program: str  # program_digest of the nodes
+    program: str = field(compare=False)  # program_digest of the nodes (checked on its own)
 
 
 class CostMemo:
@@ -172,10 +173,14 @@ def _check_class(k: int, rc: dict, ranks: list[int], costs: Mapping[int, Costs],
     wrong = {mine: _disagreements(mine, rc, flops, comm, where) for mine in by_costs}
     # the costs most ranks share, among those the manifest agrees with if any does
     usual = max(by_costs, key=lambda c: (not wrong[c], len(by_costs[c]), -by_costs[c][0]), default=None)
+    digest = rc.get("program_sha256")
     for mine, holders in by_costs.items():
         for rank in holders:
             for reason in wrong[mine]:
                 out.at(rank, None, "", reason)
+            if digest is not None and digest != costs[rank].program:
+                out.at(rank, None, "", f"its nodes are not the program {where} was written with (program_sha256 "
+                                       f"differs): a node's id, name, type, dependencies or costs changed")
             if mine is not usual:
                 others = by_costs[usual]
                 out.at(rank, None, "", f"its nodes add up to other costs than those of rank {others[0]}"
@@ -202,10 +207,6 @@ def _disagreements(mine: Costs, rc: dict, flops, comm, where: str) -> list[str]:
         for key, size in mine.comm:
             if comm.get(key, 0) != size:
                 out.append(f"its nodes move {size:,} bytes by {key}, but {where} says {comm.get(key, 0):,}")
-    digest = rc.get("program_sha256")
-    if digest is not None and digest != mine.program:
-        out.append(f"its nodes are not the program {where} was written with (program_sha256 differs): a "
-                   f"node's id, name, type, dependencies or costs changed")
     micros = rc.get("compute_time_us")
     if micros is not None and micros != mine.micros:
         out.append(f"its compute nodes last {mine.micros:,} us (duration_micros), but {where} says "

@@ -156,6 +156,11 @@ def test_a_rank_whose_program_differs_from_its_class_mates(host, tmp_path):
     out = tmp_path / "set"
     write_trace_set(host, plan_job(host, "toy", {}, Plan(dp=4)), out, "jsonl")
     edit_node(out, lambda n: n.__setitem__("name", "renamed"), rank=2, index=3)
+    edit_node(out, lambda n: n["attrs"]["tensor_size"].__setitem__(1, n["attrs"]["tensor_size"][1] + 1), rank=3,
+              where=lambda n: n["type"] == 4)
     found = problems(host, out)
-    assert any(p.startswith("rank 2: its nodes add up to other costs than those of rank 0 and 2 more") for p in found)
-    assert not any(p.startswith(("rank 0:", "rank 1:", "rank 3:")) for p in found), found
+    assert "rank 2: its nodes are not the program manifest.json rank class 0 was written with (program_sha256 " \
+           "differs): a node's id, name, type, dependencies or costs changed" in found, found
+    assert any(p.startswith("rank 3: its nodes add up to other costs than those of rank 0 and 2 more of its rank "
+                            "class (tensor_size") for p in found), found
+    assert not any(p.startswith(("rank 0:", "rank 1:")) for p in found), found
