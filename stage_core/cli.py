@@ -277,7 +277,10 @@ def cmd_generate(host: PluginHost, args) -> int:
     out = Path(args.output)
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers {args.workers}: must be a positive integer (processes writing files)")
-    ranks = None if args.ranks is None or plan.task == SERVE else parse_ranks(args.ranks, plan.world_size)
+    world = plan.world_size
+    if plan.task == SERVE and args.prefill_ranks and args.decode_ranks:
+        world = args.prefill_ranks + args.decode_ranks
+    ranks = None if args.ranks is None else parse_ranks(args.ranks, world)
     gpu = _gpu(host, args)
     start = time.perf_counter()
     result = _plan_task(host, args, model, overrides, plan, gpu, max_nodes=_max_nodes(args))
@@ -397,7 +400,7 @@ def _plan_task(host: PluginHost, args, model, overrides, plan: Plan, gpu, **kw):
         if stray:
             raise UsageError(f"{stray[0]} splits the ranks between prefill and decode; it needs --task serve")
         return plan_job(host, model, overrides, plan, gpu, **kw)
-    plan.check_basic()
+    plan.check_task()  # each side's plan_job checks the rest (ep is carved out of the side's own dp)
     world = plan.world_size if args.dp is not None else None  # the main flags name a world when --dp is given
     prefill, decode = side_plans(plan, args.prefill_ranks, args.decode_ranks,
                                  parse_side(args.prefill_plan, "--prefill-plan"),

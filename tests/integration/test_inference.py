@@ -204,3 +204,17 @@ def test_mla_latent_is_taken_from_each_prefill_copy_in_turn(host):
                    Plan(task="decode", tp=2, micro_batch_size=1, context_len=s + 1))
     per_token = r.decode.manifest["inference"]["kv_cache_elements_per_token"]
     assert sorted(r.transfers) == [(0, 0, 0, per_token * s * 2), (1, 1, 0, per_token * s * 2)]
+
+
+def test_serve_takes_expert_parallel_from_the_main_flags(run_stage, tmp_path):
+    """--ep applies to each side (carved out of that side's own dp), and --ranks writes a subset."""
+    done = run_stage("generate", "--model", "mixtral-8x7b", "--set", "layers=2", "--task", "serve", "--ep", "2",
+                     "--prefill-ranks", "2", "--decode-ranks", "2", "--micro-batch-size", "2", "--seq-len", "256",
+                     "--decode-plan", "micro-batch-size=4", "--ranks", "0,3", "-o", tmp_path / "s")
+    assert done.returncode == 0, done.stderr
+    import json
+
+    m = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    assert (m["plan"]["prefill"]["ep"], m["plan"]["prefill"]["dp"]) == (2, 2)
+    assert (m["plan"]["decode"]["ep"], m["plan"]["decode"]["dp"]) == (2, 2)
+    assert sorted(p.name for p in (tmp_path / "s").glob("trace.*.et")) == ["trace.0.et", "trace.3.et"]

@@ -19,6 +19,8 @@ from .timeline import Span, breakdown
 
 CONVENTION = ("model FLOPs as Megatron-LM counts them (num_floating_point_operations): 3 x the forward "
               "matmuls, recompute not counted; hardware FLOPs: every matmul run, recompute included")
+INFERENCE_CONVENTION = ("model FLOPs of inference (prefill, decode, serve): the forward matmuls once; hardware "
+                        "FLOPs: every matmul run")
 
 
 def class_results(manifest: Mapping[str, Any], ranks: Mapping[int, RankResult],
@@ -59,7 +61,8 @@ def job_results(manifest: Mapping[str, Any], step_ns: int | None, peak_flops: fl
         return {}
     model = sum(rc["flops"]["model"] * len(rc["ranks"]) for rc in classes)
     matmul = sum(rc["flops"]["matmul"] * len(rc["ranks"]) for rc in classes)
-    out = {"flop_convention": CONVENTION,
+    inference = manifest.get("plan", {}).get("task", "train") != "train"
+    out = {"flop_convention": INFERENCE_CONVENTION if inference else CONVENTION,
            "model_tflops_per_gpu": model / world / (step_ns * 1e-9) / 1e12,
            "hardware_tflops_per_gpu": matmul / world / (step_ns * 1e-9) / 1e12}
     if peak_flops:

@@ -184,3 +184,15 @@ def test_plugin_registers_the_command():
     specs = [s for batch in pm.hook.stage_commands() for s in batch]
     assert [s.name for s in specs] == ["astrasim"]
     assert specs[0].run is run and specs[0].configure is configure
+
+
+def test_inference_sets_count_model_flops_once():
+    """Training's model FLOPs are 3x the forward matmuls (Megatron-LM); an inference set's
+    manifest already counts its forward matmuls once, and the convention line says so."""
+    from stage_adapter_astrasim.steptime import job_results
+
+    classes = [{"ranks": [0, 1], "flops": {"model": 4e12, "matmul": 4e12}}]
+    for task, words in (("train", "3 x the forward"), ("decode", "the forward matmuls once")):
+        out = job_results({"plan": {"task": task}, "world_size": 2, "rank_classes": classes}, 10**9, 1e15)
+        assert words in out["flop_convention"]
+        assert out["model_tflops_per_gpu"] == 4.0  # 4e12 FLOPs in one second
