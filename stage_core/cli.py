@@ -472,27 +472,47 @@ def _print_cache(m: dict, plan: Plan) -> None:
 
 
 def cmd_validate(host: PluginHost, args) -> int:
-    from .validate import validate
+    from .validate import examine
 
     directory = Path(args.dir)
     trace_set = read_trace_set(host, directory)
-    problems = validate(trace_set)
+    report = examine(trace_set)
+    problems, verdict = report.problems, report.verdict
     if args.json:
         subset = {} if trace_set.ranks is None else {"subset": ranks_text(trace_set.ranks)}
+        replay = None if verdict is None else {
+            "finishes": verdict.finishes, "unfinished_ranks": list(verdict.unfinished),
+            "timing_independent": verdict.timing_independent,
+            "processes": verdict.processes, "per_class": verdict.per_class}
         print(json.dumps({"dir": str(directory), "ranks": trace_set.world_size, **subset, "valid": not problems,
                           "problems": [{"rank": p.rank, "node": p.node_id, "name": p.node_name, "reason": p.reason}
-                                       for p in problems]}, indent=2))
+                                       for p in problems], "replay": replay}, indent=2))
         return 1 if problems else 0
     if problems:
         for p in problems:
             print(f"{directory}: {p}", file=sys.stderr)
+        if verdict is not None and verdict.blocked not in problems:
+            print(f"{directory}: {_verdict_text(verdict)}", file=sys.stderr)
         return 1
     if trace_set.ranks is not None:
         print(f"{directory}: {len(trace_set.ranks)} of {trace_set.world_size} ranks "
               f"({ranks_text(trace_set.ranks)}), valid")
         return 0
-    print(f"{directory}: {trace_set.world_size} ranks, valid")
+    print(f"{directory}: {trace_set.world_size} ranks, valid; {_verdict_text(verdict)}")
     return 0
+
+
+def _verdict_text(verdict) -> str:
+    """What the replay of ASTRA-sim's issue rules says the simulator will do."""
+    if verdict.finishes:
+        text = "every rank finishes in ASTRA-sim"
+    else:
+        text = (f"{len(verdict.unfinished)} ranks ({ranks_text(verdict.unfinished)}) never "
+                f"finish in ASTRA-sim")
+    text += f" (replayed as {verdict.processes} {'rank classes' if verdict.per_class else 'ranks'}"
+    if not verdict.timing_independent:
+        text += "; for one timing only: some ranks' sends and collectives are not ordered by their dependencies"
+    return text + ")"
 
 
 def cmd_models(host: PluginHost, args) -> int:

@@ -9,6 +9,8 @@
   write and check trace sets without a format adapter installed.
 * :func:`check_trace_set` - decode and validate a trace set; raises with every
   problem listed.
+* :func:`strategy_matrix` - every combination of the standard strategies, as plans
+  for the toy model (with :func:`matrix_overrides` and :func:`plan_id`).
 
 With pytest, ``from stage_core.testing import *`` in a conftest gives the
 ``stage_host`` fixture.
@@ -17,6 +19,7 @@ With pytest, ``from stage_core.testing import *`` in a conftest gives the
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from pathlib import Path
 from typing import Iterable
@@ -25,6 +28,7 @@ from .errors import TraceError
 from .hookspecs import hookimpl
 from .ir.builder import GraphBuilder
 from .models import ModelConfig
+from .parallel import Plan
 from .plugins import PluginHost
 from .rankset import parse_ranks
 from .records import BackendSpec, ModelSpec
@@ -198,6 +202,43 @@ def check_trace_set(host: PluginHost, directory: Path) -> None:
     problems = validate(read_trace_set(host, Path(directory)))
     if problems:
         raise TraceError([str(p) for p in problems])
+
+
+# --------------------------------------------------------------------------- the strategy matrix
+
+
+def strategy_matrix() -> list[Plan]:
+    """Every combination of the standard strategies, for the toy model: dp and tp
+    (1, 2), sp, ZeRO 0-3, recompute none/selective/full, 1 or 2 micro-batches; and pp 2
+    under 1f1b, gpipe and interleaved (2 virtual stages) with dp, tp with sp, ZeRO 0, 1,
+    3 and recompute none/full, 4 micro-batches.  The strategies' own tests and the
+    simulator's run the same list."""
+    flat = [
+        Plan(dp=dp, tp=tp, sp=sp, zero=zero, recompute=rc, micro_batches=m)
+        for dp, tp, sp, zero, rc, m in itertools.product(
+            (1, 2), (1, 2), (False, True), (0, 1, 2, 3), ("none", "selective", "full"), (1, 2))
+        if not (sp and tp == 1) and not (zero and dp == 1)
+    ]
+    piped = [
+        Plan(pp=2, dp=dp, tp=tp, sp=tp > 1, zero=zero, recompute=rc, micro_batches=4,
+             schedule=schedule, virtual_stages=2 if schedule == "interleaved" else 1)
+        for dp, tp, zero, rc, schedule in itertools.product(
+            (1, 2), (1, 2), (0, 1, 3), ("none", "full"), ("1f1b", "gpipe", "interleaved"))
+        if not (zero and dp == 1)
+    ]
+    return flat + piped
+
+
+def matrix_overrides(plan: Plan) -> dict[str, str]:
+    """Model overrides a matrix plan needs on the toy model (interleaving needs 4 layers)."""
+    return {"layers": "4"} if plan.virtual_stages > 1 else {}
+
+
+def plan_id(plan: Plan) -> str:
+    """A short test id: ``dp2-tp2-sp-pp2-1f1b-z1-full-m4``."""
+    return (f"dp{plan.dp}-tp{plan.tp}{'-sp' if plan.sp else ''}-pp{plan.pp}"
+            f"{'-' + plan.schedule if plan.pp > 1 else ''}-z{plan.zero}-{plan.recompute}"
+            f"-m{plan.micro_batches}")
 
 
 try:  # pytest fixtures, when pytest is there

@@ -19,13 +19,24 @@ graph walks only.  The checks, by concern:
 * :mod:`.manifest` - a STAGE set's manifest.json (``trace_set.metadata["manifest"]``)
   against the files: world size, rank classes, and each class's nodes, FLOPs, kernel
   bytes, bytes per collective type and compute time recomputed from every rank.
+* :mod:`.replay` - the simulator's issue rules (one compute slot, one communication
+  slot shared by sends and collectives, receives unlimited, ascending id), replayed
+  on every rank at once: whether every rank finishes.  :mod:`.quotient` runs one
+  process per rank class when the classes meet consistently, :mod:`.verdict` names
+  the first rank that never finishes and why.
 
 A set may hold some ranks of its world only (``trace_set.ranks``, written with
 ``stage generate --ranks``): each rank present is checked in full, a group's
 sequences among its members present, and a send or receive only when its peer is
-present too.
+present too; the replay needs the whole world.
 
-:mod:`.problems` holds what they report and its wording.
+The replay needs a set the simulator can run: every rank present, every node
+well-formed, every group and peer right.  Dependency cycles, collective sequences
+that differ and sends or receives without a partner it replays (they are what
+leaves ranks unfinished).  Its deadlock is reported only when nothing else was
+found; :func:`examine` gives its verdict in any case.
+
+:mod:`.problems` holds what the checks report and its wording.
 """
 
 from __future__ import annotations
@@ -33,6 +44,8 @@ from __future__ import annotations
 import gc
 from contextlib import contextmanager
 from typing import Iterator
+
+from dataclasses import dataclass
 
 from ..errors import TraceError
 from ..trace import TraceSet
@@ -43,8 +56,18 @@ from .manifest import CostMemo, check_manifest
 from .problems import Problem, Problems
 from .ranks import RankSummary, check_rank_number, scan_rank
 from .shapes import Shapes
+from .verdict import Verdict, decide
 
-__all__ = ["ATTR_KINDS", "Problem", "check", "validate"]
+__all__ = ["ATTR_KINDS", "Problem", "Report", "Verdict", "check", "examine", "validate"]
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """The problems of a set, and what the simulator will do with it (None when the
+    set has defects the simulator cannot run at all)."""
+
+    problems: list[Problem]
+    verdict: Verdict | None
 
 
 def validate(trace_set: TraceSet, max_problems: int = 50, costs: dict | None = None) -> list[Problem]:
@@ -56,8 +79,13 @@ def validate(trace_set: TraceSet, max_problems: int = 50, costs: dict | None = N
 
     Python's cyclic garbage collector is paused meanwhile (see :func:`_paused_gc`).
     """
+    return examine(trace_set, max_problems, costs).problems
+
+
+def examine(trace_set: TraceSet, max_problems: int = 50, costs: dict | None = None) -> Report:
+    """:func:`validate`'s problems and the replay's verdict."""
     with _paused_gc():
-        return _validate(trace_set, max_problems, costs)
+        return _examine(trace_set, max_problems, costs)
 
 
 @contextmanager
@@ -80,9 +108,10 @@ def _paused_gc() -> Iterator[None]:
         gc.enable()
 
 
-def _validate(trace_set: TraceSet, max_problems: int, costs: dict | None) -> list[Problem]:
+def _examine(trace_set: TraceSet, max_problems: int, costs: dict | None) -> Report:
     out = Problems(max_problems)
     groups = group_checks.check_groups(trace_set, out)
+    runnable = out.total == 0
     summaries: dict[int, RankSummary] = {}
     shapes = Shapes(max_problems)
     manifest = (trace_set.metadata or {}).get("manifest")
@@ -95,15 +124,23 @@ def _validate(trace_set: TraceSet, max_problems: int, costs: dict | None) -> lis
                                         shapes, out)
             if wanted:
                 costs[rank] = memo.costs(nodes)
+        else:
+            runnable = False
     subset = trace_set.ranks is not None
     for rank in trace_set.ranks if subset else range(trace_set.world_size):
         if rank not in summaries:
             out.at(rank, None, "", "no trace for this rank")
+            runnable = False
     group_checks.check_collectives(groups, summaries, out)
     pair_checks.check_point_to_point(summaries, out, subset)
     if manifest is not None:
         check_manifest(manifest, trace_set.world_size, sorted(summaries), costs, out)
-    return out.result()
+    verdict = None
+    if runnable and not subset and all(s.program >= 0 for s in summaries.values()):
+        verdict = decide(summaries, shapes.programs, groups)
+        if verdict.blocked is not None and out.total == 0:
+            out.items.append(verdict.blocked)
+    return Report(out.result(), verdict)
 
 
 def check(trace_set: TraceSet, max_problems: int = 50) -> None:

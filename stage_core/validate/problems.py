@@ -52,6 +52,11 @@ class Problems:
             return
         self.items.append(Problem(rank, node_id, name, reason))
 
+    @property
+    def total(self) -> int:
+        """Problems found so far, kept or not."""
+        return len(self.items) + self.dropped
+
     def result(self) -> list[Problem]:
         if not self.dropped:
             return self.items

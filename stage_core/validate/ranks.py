@@ -34,6 +34,9 @@ class RankSummary:
     # (peer, tag, size) -> [(node id, node name)] in node order
     sends: dict[tuple[int, int, int], list[tuple[int, str]]]
     recvs: dict[tuple[int, int, int], list[tuple[int, str]]]
+    # the index of the rank's program for the replay (Shapes.programs); -1 when the
+    # rank has a problem that the simulator cannot run (see scan_rank)
+    program: int = -1
 
     def collectives(self) -> list[tuple[int, str, int, int, str]]:
         """(node id, pg_name, comm_type, comm_size, node name) of each collective."""
@@ -75,6 +78,11 @@ def scan_rank(rank: int, nodes: list[TraceNode], groups: Mapping[str, frozenset[
         mine.pos = pos
         check_peer(rank, nodes[pos], world_size, summary, mine)
     mine.items.sort(key=itemgetter(0))  # stable: one node's problems keep their order
+    if (shape.replayable and not mine.items and not mine.dropped
+            and len(summary.ids) == len(shape.colls)
+            and sum(map(len, summary.sends.values())) + sum(map(len, summary.recvs.values()))
+            == len(shape.peers)):  # (every comm node summed up: all values are numbers)
+        summary.program = shapes.program(shape, nodes)
     _report(rank, shape, mine, out)
     return summary
 

@@ -26,6 +26,7 @@ from operator import eq, is_, is_not, itemgetter
 
 from ..trace import TraceNode
 from .contract import COMM_TYPES
+from .replay import Program, build_program
 from .structure import Shape, check_structure
 
 #: attributes whose values differ between the ranks of a rank class; only the rank
@@ -47,6 +48,9 @@ class Shapes:
     Bounded: at most MAX_SHAPES shapes holding MAX_HELD nodes together (the newest
     is always kept), and the contents of MAX_MEMO node objects.  Forgetting costs
     only speed.
+
+    The replay's :class:`~.replay.Program` of each shape is kept for the whole call,
+    once per distinct program (a forgotten shape that comes back finds its program).
     """
 
     MAX_SHAPES = 16
@@ -57,6 +61,8 @@ class Shapes:
         self.limit = limit
         self.shapes: list[Shape] = []  # most recently used first
         self.memo: dict[int, tuple] = {}  # see _same_shape
+        self.programs: list[Program] = []
+        self._program_index: dict[tuple, int] = {}  # Program.key -> index
 
     def shape(self, nodes: list[TraceNode]) -> Shape:
         if len(self.memo) > self.MAX_MEMO:
@@ -81,6 +87,16 @@ class Shapes:
                 del shapes[k:]
                 break
         return found
+
+    def program(self, shape: Shape, nodes: list[TraceNode]) -> int:
+        """The index in :attr:`programs` of the program of ``nodes``, of ``shape``
+        (which must be replayable)."""
+        if shape.program is None:
+            program = build_program(nodes)
+            shape.program = self._program_index.setdefault(program.key, len(self.programs))
+            if shape.program == len(self.programs):
+                self.programs.append(program)
+        return shape.program
 
 
 def _same_shape(shape: Shape, nodes: list[TraceNode], memo: dict) -> list[int] | None:

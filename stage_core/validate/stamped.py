@@ -56,7 +56,8 @@ def summary(rank: int, nodes: StampedNodes, groups: Mapping[str, frozenset[int]]
             return None
         (sends if is_send else recvs)[(peer, *rest)].append((node_id, name))
     ids, comm_types, comm_sizes, names = shape.coll_columns
-    return RankSummary(ids, pg_names, comm_types, comm_sizes, names, sends, recvs)
+    return RankSummary(ids, pg_names, comm_types, comm_sizes, names, sends, recvs,
+                       shapes.program(shape, nodes.base))
 
 
 def _columns(shapes: Shapes, base) -> tuple | None:

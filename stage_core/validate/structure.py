@@ -43,6 +43,9 @@ class Shape:
     # the pg_name of each collective of ``nodes`` (see ranks._all_members), None if unread
     pg_names: list | None = None
     coll_index: dict[int, int] | None = None  # position -> index in ``colls``
+    # the replay can run these nodes: no structural problem but a dependency cycle
+    replayable: bool = False
+    program: int | None = None  # index of the replay's program (see Shapes.program)
 
 
 def check_structure(nodes: tuple[TraceNode, ...], limit: int) -> Shape:
@@ -51,7 +54,7 @@ def check_structure(nodes: tuple[TraceNode, ...], limit: int) -> Shape:
     if not nodes:
         found.at(None, None, "", "the trace has no nodes")
     by_id = _index_ids(None, nodes, found)
-    _check_dependencies(None, nodes, by_id, found)
+    cyclic = _check_dependencies(None, nodes, by_id, found)
     comm = []
     for pos, node in enumerate(nodes):
         found.pos = pos
@@ -76,8 +79,9 @@ def check_structure(nodes: tuple[TraceNode, ...], limit: int) -> Shape:
             pass
     peers = [(pos, node_type) for pos, node_type, _ in comm
              if node_type != NodeType.COMM_COLL]
+    replayable = len(found.items) + found.dropped == cyclic
     return Shape(nodes, found.items, found.dropped, comm, tuple(pos for pos, _ in colls),
-                 columns, ascending, peers)
+                 columns, ascending, peers, replayable=replayable)
 
 
 def _index_ids(rank: int | None, nodes: Sequence[TraceNode],
@@ -97,8 +101,9 @@ def _index_ids(rank: int | None, nodes: Sequence[TraceNode],
 
 
 def _check_dependencies(rank: int | None, nodes: Sequence[TraceNode],
-                        by_id: Mapping[int, TraceNode], out: Recorder) -> None:
-    """Every dependency exists, some node has none, and there is no cycle."""
+                        by_id: Mapping[int, TraceNode], out: Recorder) -> bool:
+    """Every dependency exists, some node has none, and there is no cycle; whether
+    a cycle was reported."""
     has_root = False
     forward = False  # a dependency on an id >= the node's own: a cycle is possible
     for node in nodes:
@@ -119,16 +124,16 @@ def _check_dependencies(rank: int | None, nodes: Sequence[TraceNode],
                 forward = True
     if nodes and not has_root:
         out.at(rank, None, "", "no root: every node has a dependency, so none can start")
-    if forward:
-        _check_acyclic(rank, by_id, out)
+    return forward and _check_acyclic(rank, by_id, out)
 
 
 def _deps(node: TraceNode, by_id: Mapping[int, TraceNode]) -> list[int]:
     return [d for d in (*node.data_deps, *node.ctrl_deps) if d in by_id]
 
 
-def _check_acyclic(rank: int | None, by_id: Mapping[int, TraceNode], out: Recorder) -> None:
-    """Kahn's algorithm; when nodes are left over, name one cycle among them."""
+def _check_acyclic(rank: int | None, by_id: Mapping[int, TraceNode], out: Recorder) -> bool:
+    """Kahn's algorithm; when nodes are left over, name one cycle among them (and
+    say so)."""
     waiting = {nid: len(_deps(node, by_id)) for nid, node in by_id.items()}
     users: dict[int, list[int]] = defaultdict(list)
     for nid, node in by_id.items():
@@ -146,6 +151,7 @@ def _check_acyclic(rank: int | None, by_id: Mapping[int, TraceNode], out: Record
         path = " -> ".join(shortened([str(nid) for nid in cycle + cycle[:1]]))
         out.add(rank, by_id[cycle[0]], f"dependency cycle {path} (each node waits on "
                 f"the one before it; {len(stuck)} nodes never run)")
+    return bool(stuck)
 
 
 def _check_node(node: TraceNode, out: Recorder) -> bool:

@@ -528,9 +528,9 @@ def test_bad_group_definitions():
 # A reader may hand out one TraceNode object for equal nodes (the chakra reader does
 # for equal records), and the validator then checks the structure of a rank class
 # once.  These sets are built that way: 8 ranks, tp4 x dp2, two classes (ranks 0-3
-# send to r + 4, ranks 4-7 receive from r - 4); compute nodes are shared objects
-# within a class, comm nodes are per rank.  Groups "1" = ranks 0-3, "2" = ranks 4-7,
-# "3".."6" = {r, r + 4}.
+# send to r + 4 after their dp all-reduce, ranks 4-7 receive from r - 4 what their
+# compute after it needs); compute nodes are shared objects within a class, comm
+# nodes are per rank.  Groups "1" = ranks 0-3, "2" = ranks 4-7, "3".."6" = {r, r + 4}.
 
 import copy  # noqa: E402
 import random  # noqa: E402
@@ -548,6 +548,11 @@ def class_ranks() -> dict[int, list[TraceNode]]:
     shared = {c: {i: comp(i, deps=[i - 1] if i else [], num_ops=100 * (i + 1))
                   for i in (1, 3, 5, 7, 8)} for c in "SR"}
     shared["S"][0] = comp(0)
+    # the receive feeds node 8, after the dp all-reduce (node 6): were it to feed node
+    # 1, ranks 4-7 could not join that all-reduce before rank r - 4 sends, and rank
+    # r - 4 sends only after it (a deadlock)
+    shared["R"][1] = comp(1, num_ops=200)
+    shared["R"][8] = comp(8, deps=[7, 0], num_ops=900)
     ranks = {}
     for r in range(8):
         cls, tp, dp = "S" if r < 4 else "R", "1" if r < 4 else "2", str(3 + r % 4)

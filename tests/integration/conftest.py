@@ -30,10 +30,11 @@ NO_SIMULATOR = ("ASTRA_SIM_BIN is not set: no ASTRA-sim analytical binary on thi
                 "(CI sets it from ../shared/astra-sim)")
 
 
-def simulate_set(trace_dir, system="h100"):
+def simulate_set(trace_dir, system="h100", validate=True):
     """Run ``trace_dir`` through the real simulator: (exit status of `stage astrasim`, results.json).
 
-    Skips the calling test when no simulator is configured.
+    Skips the calling test when no simulator is configured.  ``validate=False`` runs
+    a set `stage astrasim` would refuse (its `--no-validate`).
     """
     import io
     import json
@@ -43,7 +44,8 @@ def simulate_set(trace_dir, system="h100"):
     if not ASTRA_SIM:
         pytest.skip(NO_SIMULATOR)
     out, err = io.StringIO(), io.StringIO()
-    status = run_astrasim(trace_dir, astra_sim=ASTRA_SIM, system=system, as_json=True, out=out, err=err)
+    status = run_astrasim(trace_dir, astra_sim=ASTRA_SIM, system=system, as_json=True, out=out, err=err,
+                          validate=validate)
     return status, json.loads(out.getvalue())
 
 
@@ -51,6 +53,36 @@ def simulate_set(trace_dir, system="h100"):
 def simulate():
     """``simulate(dir)`` -> (status, results); every rank must print "finished" for status 0."""
     return simulate_set
+
+
+@pytest.fixture(scope="session")
+def replay_and_simulate(host):
+    """``replay_and_simulate(dir)`` -> (verdict, status, results): `stage validate`'s
+    replay and the real simulator on one set; fails unless both name the same ranks
+    as never finishing.  Where mlcommons/chakra is installed, its reader must also
+    decode every node as ours does (outside_reader)."""
+    from outside_reader import chakra_reader, compare_with_chakra
+
+    from stage_core.api import read_trace_set
+    from stage_core.validate import examine
+
+    chakra = chakra_reader()
+
+    def run(trace_dir):
+        if not ASTRA_SIM:
+            pytest.skip(NO_SIMULATOR)
+        if chakra is not None:
+            compare_with_chakra(host, trace_dir, chakra)
+        verdict = examine(read_trace_set(host, trace_dir)).verdict
+        status, results = simulate_set(trace_dir, validate=False)  # it may deadlock
+        stuck = results["summary"]["deadlocked_ranks"]
+        assert verdict is not None, "the replay did not run"
+        assert list(verdict.unfinished) == stuck, (
+            f"the replay says ranks {list(verdict.unfinished)} never finish, "
+            f"the simulator {stuck}")
+        return verdict, status, results
+
+    return run
 
 
 @pytest.fixture(scope="session")

@@ -1,12 +1,17 @@
 """Trace sets in the real ASTRA-sim: every rank must print "finished".
 
 The simulator exits 0 even when ranks deadlock, so these tests read its output
-(through `stage astrasim`'s parser) and require a finish line for every rank.
+(through `stage astrasim`'s parser) and require a finish line for every rank and a
+positive step time; `stage validate`'s replay must say the same (test_differential
+gives both sets that do not finish).  Every plan of the strategy matrix runs, on the
+toy model (the simulator needs at least 2 ranks), and MoE plans with tiny shapes.
 """
 
 import pytest
 
+from stage_core.api import plan_job, write_trace_set
 from stage_core.parallel import Plan
+from stage_core.testing import matrix_overrides, plan_id, strategy_matrix
 
 # Plans that deadlocked before sends and collectives were chained (issue 8): GPT's tied
 # embedding sums its gradients over the first and last stage, and that all-reduce took
@@ -30,14 +35,20 @@ TIED_PIPELINES = [
 
 @pytest.mark.parametrize("model,plan,overrides", TIED_PIPELINES,
                          ids=lambda x: x if isinstance(x, str) else None)
-def test_tied_embedding_pipelines_finish_on_every_rank(write_set, simulate, model, plan, overrides):
-    out = write_set(model, plan, **overrides)
-    status, results = simulate(out)
+def test_tied_embedding_pipelines_finish_on_every_rank(write_set, replay_and_simulate, model, plan,
+                                                       overrides):
+    finishes(replay_and_simulate(write_set(model, plan, **overrides)), plan.world_size)
+
+
+def finishes(outcome, world_size):
+    """Every rank printed "finished", in a positive time; the replay agreed (fixture)."""
+    verdict, status, results = outcome
     summary = results["summary"]
     assert summary["deadlocked_ranks"] == [], summary
-    assert summary["finished_ranks"] == plan.world_size
+    assert summary["finished_ranks"] == world_size
     assert status == 0
     assert summary["max_finish_time_ns"] > 0
+    assert verdict.finishes and verdict.timing_independent
 
 
 # Context parallel under each algorithm, with the other axes around it: the ring's sends and
@@ -55,17 +66,14 @@ CONTEXT_PARALLEL = [
 
 @pytest.mark.parametrize("model,plan,overrides", CONTEXT_PARALLEL,
                          ids=lambda x: x if isinstance(x, str) else None)
-def test_context_parallel_sets_finish_on_every_rank(write_set, simulate, model, plan, overrides):
-    out = write_set(model, plan, **overrides)
-    status, results = simulate(out)
-    summary = results["summary"]
-    assert summary["deadlocked_ranks"] == [], summary
-    assert summary["finished_ranks"] == plan.world_size
-    assert status == 0
+def test_context_parallel_sets_finish_on_every_rank(write_set, replay_and_simulate, model, plan,
+                                                     overrides):
+    finishes(replay_and_simulate(write_set(model, plan, **overrides)), plan.world_size)
 
 
 @pytest.mark.parametrize("comm", ["p2p", "all-gather"])
-def test_timed_context_parallel_sets_finish_with_background_reductions(host, tmp_path, simulate, comm):
+def test_timed_context_parallel_sets_finish_with_background_reductions(host, tmp_path, replay_and_simulate,
+                                                                      comm):
     """With --gpu, gradient reductions and ZeRO-3 gathers are placed into the compute
     windows between foreground sends and collectives, here among the ring's sends."""
     from stage_core import hardware
@@ -74,6 +82,47 @@ def test_timed_context_parallel_sets_finish_with_background_reductions(host, tmp
     plan = Plan(cp=4, tp=2, sp=True, dp=2, pp=2, zero=3, cp_comm=comm, micro_batches=4)
     result = plan_job(host, "llama-tiny", {"layers": "4"}, plan, hardware.resolve(host, "h100"))
     out = write_trace_set(host, result, tmp_path / "set")
-    status, results = simulate(out)
+    _, status, results = replay_and_simulate(out)
     assert results["summary"]["deadlocked_ranks"] == [] and results["summary"]["finished_ranks"] == 32
     assert status == 0
+
+
+@pytest.fixture(scope="module")
+def toy_host():
+    from stage_core.plugins import PluginHost
+    from stage_core.testing import toy_plugin
+
+    host = PluginHost()
+    host.register(toy_plugin, "toy")
+    return host
+
+
+@pytest.mark.parametrize("plan", [p for p in strategy_matrix() if p.world_size > 1], ids=plan_id)
+def test_every_matrix_plan_finishes_on_every_rank(toy_host, tmp_path, replay_and_simulate, plan):
+    result = plan_job(toy_host, "toy", matrix_overrides(plan), plan)
+    out = write_trace_set(toy_host, result, tmp_path / "set")
+    finishes(replay_and_simulate(out), plan.world_size)
+
+
+TINY_MIXTRAL = {"layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "ffn_hidden": 128,
+                "expert_ffn_hidden": 128, "vocab_size": 512}
+TINY_DEEPSEEK = {"layers": 4, "first_dense_layers": 1, "hidden": 64, "heads": 4, "kv_heads": 4,
+                 "vocab_size": 512, "experts": 8, "experts_per_token": 2, "expert_ffn_hidden": 64,
+                 "ffn_hidden": 128, "shared_expert_ffn_hidden": 64, "mtp_layers": 0,
+                 "expert_groups": 2, "topk_groups": 1, "q_lora_rank": 32, "kv_lora_rank": 16,
+                 "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8}
+MOE_PLANS = [
+    ("moe-tiny", Plan(dp=2, tp=2, sp=True, seq_len=64), {}),
+    ("moe-tiny", Plan(pp=2, dp=2, micro_batches=4, schedule="1f1b", seq_len=64), {}),
+    ("moe-mla-tiny", Plan(dp=2, tp=2, zero=1, recompute="full", seq_len=64), {}),
+    ("mixtral-8x7b", Plan(dp=2, tp=2, sp=True, zero=1, seq_len=64), TINY_MIXTRAL),
+    ("mixtral-8x7b", Plan(pp=2, tp=2, micro_batches=4, schedule="gpipe", seq_len=64), TINY_MIXTRAL),
+    ("deepseek-v3", Plan(pp=2, dp=2, micro_batches=2, seq_len=64), TINY_DEEPSEEK),
+    ("deepseek-v3", Plan(tp=2, sp=True, dp=2, zero=3, seq_len=64), TINY_DEEPSEEK),
+]
+
+
+@pytest.mark.parametrize("model,plan,overrides", MOE_PLANS,
+                         ids=lambda x: x if isinstance(x, str) else None)
+def test_moe_plans_finish_on_every_rank(write_set, replay_and_simulate, model, plan, overrides):
+    finishes(replay_and_simulate(write_set(model, plan, **overrides)), plan.world_size)
