@@ -37,7 +37,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     """Add the command's arguments to its subparser."""
     p.add_argument("dir", metavar="DIR", help="trace set written by `stage generate`")
     p.add_argument("--astra-sim", dest="astra_sim", metavar="BIN", default=None,
-                   help=f"ASTRA-sim analytical binary (default: ${runner.ENV_VAR}; "
+                   help=f"ASTRA-sim analytical binary (default: ${runner.ENV_VAR}, else "
+                        f"{runner.PATH_NAMES[0]} or {runner.PATH_NAMES[1]} on PATH; "
                         "without one, print the command to run)")
     p.add_argument("--system", metavar="PRESET|FILE", default=None,
                    help="hardware preset (see `stage plugins`), a hardware file, or your own "
@@ -208,7 +209,8 @@ def _print_command(paths: runner.SimPaths, work: Path, meta: dict, as_json: bool
         out.write(json.dumps(payload, indent=2) + "\n")
         return 0
     out.write(f"ASTRA-sim configs written to {work}\n"
-              f"No simulator given (--astra-sim BIN or ${runner.ENV_VAR}). Run:\n\n"
+              f"No simulator given (--astra-sim BIN, ${runner.ENV_VAR}, or "
+              f"{runner.PATH_NAMES[0]} on PATH). Run:\n\n"
               f"{line}\n\n"
               f"(the binary is {runner.CONVENTIONAL_PATH} in an astra-sim build; "
               f"then pass it with --astra-sim to parse the results)\n")

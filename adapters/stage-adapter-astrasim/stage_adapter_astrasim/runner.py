@@ -23,6 +23,8 @@ ENV_VAR = "ASTRA_SIM_BIN"
 PLACEHOLDER = "<ASTRA-sim analytical binary>"
 # what astra-sim's build/astra_analytical/build.sh produces
 CONVENTIONAL_PATH = "build/astra_analytical/build/bin/AstraSim_Analytical_Congestion_Unaware"
+#: the analytical binaries' names, looked up on PATH when neither option nor variable is set
+PATH_NAMES = ("AstraSim_Analytical_Congestion_Unaware", "AstraSim_Analytical_Congestion_Aware")
 
 
 @dataclass(frozen=True)
@@ -38,12 +40,18 @@ class SimPaths:
 
 
 def find_binary(option: str | None, env: Mapping[str, str]) -> Path | None:
-    """The binary from ``--astra-sim`` or ``$ASTRA_SIM_BIN``; None when neither is set."""
+    """The binary from ``--astra-sim``, else ``$ASTRA_SIM_BIN``, else the first of
+    :data:`PATH_NAMES` on ``env``'s PATH; None when there is none."""
     if option:
         value, origin = option, "--astra-sim"
     elif env.get(ENV_VAR):
         value, origin = env[ENV_VAR], f"${ENV_VAR}"
     else:
+        search = env.get("PATH")
+        for name in PATH_NAMES if search else ():
+            found = shutil.which(name, path=search)
+            if found:
+                return Path(found).resolve()
         return None
     path = Path(value).expanduser()
     if path.is_file() and os.access(path, os.X_OK):

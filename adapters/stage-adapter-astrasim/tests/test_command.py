@@ -103,6 +103,31 @@ def test_binary_from_the_environment(make_trace_set, fake_simulator, sample_stdo
     assert json.loads(out) == json.loads((root / "astrasim" / "results.json").read_text())
 
 
+def test_binary_from_path_by_astra_sims_names(make_trace_set, fake_simulator, sample_stdout,
+                                              tmp_path):
+    root = make_trace_set(8)
+    aware = fake_simulator(sample_stdout, name="AstraSim_Analytical_Congestion_Aware")
+    status, out, _ = _run(root, env={"PATH": str(aware.parent)}, as_json=True)
+    assert status == 0 and json.loads(out)["astra_sim"] == str(aware)
+    # the congestion-unaware one first, as astra-sim's build script makes it
+    unaware = fake_simulator(sample_stdout, name="AstraSim_Analytical_Congestion_Unaware")
+    status, out, _ = _run(root, env={"PATH": f"{tmp_path / 'elsewhere'}:{aware.parent}"},
+                          as_json=True)
+    assert json.loads(out)["astra_sim"] == str(unaware)
+
+
+def test_option_then_environment_then_path(make_trace_set, fake_simulator, sample_stdout):
+    root = make_trace_set(8)
+    on_path = fake_simulator(sample_stdout, name="AstraSim_Analytical_Congestion_Unaware")
+    from_env = fake_simulator(sample_stdout, name="from_env")
+    given = fake_simulator(sample_stdout, name="given")
+    env = {"PATH": str(on_path.parent), "ASTRA_SIM_BIN": str(from_env)}
+    _, out, _ = _run(root, env=env, as_json=True)
+    assert json.loads(out)["astra_sim"] == str(from_env)
+    _, out, _ = _run(root, env=env, astra_sim=str(given), as_json=True)
+    assert json.loads(out)["astra_sim"] == str(given)
+
+
 def test_deadlock_exits_1_and_names_the_ranks(make_trace_set, fake_simulator,
                                               sample_stdout):
     root = make_trace_set(8)
