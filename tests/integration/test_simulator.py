@@ -112,6 +112,13 @@ TINY_DEEPSEEK = {"layers": 4, "first_dense_layers": 1, "hidden": 64, "heads": 4,
                  "expert_groups": 2, "topk_groups": 1, "q_lora_rank": 32, "kv_lora_rank": 16,
                  "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8}
 MOE_PLANS = [
+    ("moe-tiny", Plan(dp=4, ep=4, seq_len=64), {}),
+    ("moe-tiny", Plan(dp=2, ep=2, tp=2, sp=True, seq_len=64), {}),
+    ("moe-tiny", Plan(pp=2, dp=2, ep=2, micro_batches=4, schedule="1f1b", seq_len=64), {}),
+    ("moe-tiny", Plan(dp=4, ep=2, tp=2, etp=1, sp=True, zero=1, moe_dispatcher="allgather",
+                      seq_len=64), {}),
+    ("mixtral-8x7b", Plan(dp=4, ep=4, tp=2, sp=True, pp=2, micro_batches=2, seq_len=64),
+     TINY_MIXTRAL),
     ("moe-tiny", Plan(dp=2, tp=2, sp=True, seq_len=64), {}),
     ("moe-tiny", Plan(pp=2, dp=2, micro_batches=4, schedule="1f1b", seq_len=64), {}),
     ("moe-mla-tiny", Plan(dp=2, tp=2, zero=1, recompute="full", seq_len=64), {}),
