@@ -6,7 +6,9 @@ values replaced, they send back only which template (the file it was made from)
 and the values.  This process decodes each template file once itself and hands out
 the rank's nodes as :class:`~stage_core.trace.StampedNodes` over it; every other
 file (one per class in each worker, and any file a worker could not read so) it
-decodes itself, so that its errors are reported as usual.
+decodes itself, so that its errors are reported as usual, and a template file
+decoded so is the base of the files read from it (one node list per class: the
+checks that work per node list do so once).
 """
 
 from __future__ import annotations
@@ -67,13 +69,21 @@ def read_files(paths: Sequence[Path], workers: int) -> Iterator[tuple[dict[str, 
     with multiprocessing.get_context("fork").Pool(workers, initializer=_start_worker) as pool:
         for chunk, results in zip(chunks, pool.imap(_match, chunks)):
             for path, got in zip(chunk, results):
-                if got is None:
-                    yield read_et_file(Path(path), mine)
+                if got is None:  # (usually a worker's template: later files refer to it)
+                    meta, nodes = read_et_file(Path(path), mine)
+                    if type(nodes) is list:
+                        _keep(bases, path, nodes)
+                    yield meta, nodes
                     continue
                 meta, (source, values) = got
                 base = bases.get(source)
                 if base is None:
-                    if len(bases) >= MAX_BASES:
-                        bases.clear()
-                    base = bases[source] = _nodes(source)
+                    base = _keep(bases, source, _nodes(source))
                 yield meta, StampedNodes(base, values, partial(_nodes, path))
+
+
+def _keep(bases: dict[str, list[TraceNode]], path: str, nodes: list[TraceNode]) -> list[TraceNode]:
+    if len(bases) >= MAX_BASES:
+        bases.clear()
+    bases[path] = nodes
+    return nodes
