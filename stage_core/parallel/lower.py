@@ -404,6 +404,7 @@ class Lowerer:
         self._kernels: dict[Op, Kernel] = {}
         self._layout_keys: dict[int, tuple[dict, tuple]] = {}
         self._chunk_ops: dict[tuple[int, int], tuple[list[Op], list[Op]]] = {}
+        self._emissions: dict[Op, tuple] = {}
         self._gathers: dict[int, dict] = {}
         self.fwd_ops = [op for op in prop.ops if op.phase == FORWARD]
         self.bwd_ops = [op for op in prop.ops if op.phase == BACKWARD]
@@ -471,29 +472,49 @@ class Lowerer:
         return got[1]
 
     # ------------------------------------------------------------------ emission
+    def _emission(self, op: Op) -> tuple:
+        """What emitting ``op`` reads of its plan, worked out once per op (emission repeats
+        every op per micro-batch): its redistributions as (tensor, key before, key after,
+        collective or None, bytes, group key, node-name suffix), the layout keys of its
+        inputs and outputs."""
+        got = self._emissions.get(op)
+        if got is None:
+            plan = self.prop.plan(op)
+
+            def moves(rs, with_tensor: bool):
+                return tuple(
+                    (r.tensor, self.lk(r.before), self.lk(r.after), r.kind,
+                     self.comm_size(r) if r.kind is not None else 0, self.key(r.axis) if r.kind is not None else "",
+                     f":{COMM_KEYS[r.kind]}.{r.axis}" + (f":{r.tensor.name}" if with_tensor else "")
+                     if r.kind is not None else "")
+                    for r in rs if not r.param_gather)
+
+            got = (moves(plan.pre, True), tuple((t, self.lk(layout)) for t, layout in zip(op.inputs, plan.in_layouts)),
+                   tuple((t, self.lk(layout)) for t, layout in zip(op.outputs, plan.out_layouts)),
+                   moves(plan.post, False))
+            self._emissions[op] = got
+        return got
+
     def emit_op(self, prog: _Program, op: Op, versions: dict, tag: str, gathers: dict, phase: str) -> None:
         plan = self.prop.plan(op)
         if op.layer in gathers:
             where = f"layer{op.layer}" if op.layer is not None else "outside_layers"
             self.emit_param_gathers(prog, gathers.pop(op.layer), versions, f"{tag}.{where}")
+        pre, in_keys, out_keys, post = self._emission(op)
 
         def deps_of(t: Tensor, layout: dict) -> tuple[int, ...]:
             return versions.get((t, self.lk(layout)), versions.get((t, None), ()))
 
-        for r in plan.pre:
-            if r.param_gather:
+        for t, before, after, kind, size, group, suffix in pre:
+            src = versions.get((t, before), versions.get((t, None), ()))
+            if kind is None:
+                versions[(t, after)] = src
                 continue
-            src = deps_of(r.tensor, r.before)
-            if r.kind is None:
-                versions[(r.tensor, self.lk(r.after))] = src
-                continue
-            nid = prog.coll(f"{tag}.{op.name}:{COMM_KEYS[r.kind]}.{r.axis}:{r.tensor.name}", r.kind,
-                            self.comm_size(r), self.key(r.axis), src)
-            versions[(r.tensor, self.lk(r.after))] = (nid,)
+            versions[(t, after)] = (prog.coll(f"{tag}.{op.name}{suffix}", kind, size, group, src),)
 
         deps: list[int] = []
-        for t, layout in zip(op.inputs, plan.in_layouts):
-            deps.extend(deps_of(t, layout))
+        for key in in_keys:
+            deps.extend(versions.get(key, versions.get((key[0], None), ())))
         matmul_before = prog.flops["matmul"]
         if op.kind == "view":
             out_deps = tuple(sorted(set(deps)))
@@ -511,18 +532,14 @@ class Lowerer:
             out_deps = (last,)
         if phase == FORWARD:  # Megatron's model FLOPs: forward and backward matmuls, 3x the forward's
             prog.model_flops += self.model_flops_per_forward * (prog.flops["matmul"] - matmul_before)
-        for t, layout in zip(op.outputs, plan.out_layouts):
-            versions[(t, self.lk(layout))] = out_deps
-            versions[(t, None)] = out_deps
-        for r in plan.post:
-            src = deps_of(r.tensor, r.before)
-            if r.kind is None:
-                versions[(r.tensor, self.lk(r.after))] = src
-            else:
-                nid = prog.coll(f"{tag}.{op.name}:{COMM_KEYS[r.kind]}.{r.axis}", r.kind, self.comm_size(r),
-                                self.key(r.axis), src)
-                versions[(r.tensor, self.lk(r.after))] = (nid,)
-            versions[(r.tensor, None)] = versions[(r.tensor, self.lk(r.after))]
+        for key in out_keys:
+            versions[key] = out_deps
+            versions[(key[0], None)] = out_deps
+        for t, before, after, kind, size, group, suffix in post:
+            src = versions.get((t, before), versions.get((t, None), ()))
+            moved = src if kind is None else (prog.coll(f"{tag}.{op.name}{suffix}", kind, size, group, src),)
+            versions[(t, after)] = moved
+            versions[(t, None)] = moved
 
     def emit_ring(self, prog: _Program, op: Op, plan: OpPlan, deps: list[int], deps_of, tag: str) -> tuple:
         """A kernel that streams the shards of its ring letter around the axis (ring

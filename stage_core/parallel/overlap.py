@@ -32,6 +32,8 @@ renumbered in that order.
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 import dataclasses
 from typing import Callable, Sequence
 
@@ -127,7 +129,8 @@ def place(nodes: Sequence[ProgramNode], background: dict[int, Background],
             w[2] -= comm_seconds(node, size)
             left -= size
         if left:
-            last_fore = max((f for f in fore if f < deadline[bid]), default=-1)
+            k = bisect_left(fore, deadline[bid])  # fore is ascending: the last one before the deadline
+            last_fore = fore[k - 1] if k else -1
             pieces.append((max(last_fore, info.release), left))
         made = []
         for j, (pos, size) in enumerate(pieces):
