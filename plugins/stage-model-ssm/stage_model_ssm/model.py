@@ -35,8 +35,6 @@ from stage_core.ir.tensor import Tensor
 from .config import LAYER_KINDS, HybridConfig
 
 EXPERT = ("expert",)
-#: the block name of a Mamba layer's mixer ops
-MIXER = "mamba"
 
 
 def build(config: HybridConfig) -> Graph:
@@ -55,21 +53,18 @@ def build(config: HybridConfig) -> Graph:
         **({"experts": c.experts, "experts_per_token": c.experts_per_token} if "E" in c.pattern else {}),
     )
     x, labels, wte = blocks.embed(g, tags=RESIDUAL)
-    layer = {"mamba": _mamba, "attention": _attention, "mlp": _mlp, "moe": _moe}
     for i, ch in enumerate(c.pattern):
-        kind = LAYER_KINDS[ch]
-        prefix = {"mamba": "mamba", "attention": "attn", "mlp": "mlp", "moe": "moe"}[kind]
+        prefix, block = LAYERS[LAYER_KINDS[ch]]
         with g.layer(i):
             y = blocks.norm(g, x, f"{prefix}.norm")
-            out = layer[kind](g, c, y)
-            x = g.add(out, x, name=f"{prefix}.residual", tags=RESIDUAL)
+            x = g.add(block(g, c, y), x, name=f"{prefix}.residual", tags=RESIDUAL)
     return blocks.lm_head(g, x, labels, wte, tied=c.tie_embeddings)
 
 
 def _mamba(g: GraphBuilder, c: HybridConfig, y: Tensor) -> Tensor:
     h, G, H, P, N, K = sym.dims("h mg mh mp mn mk")
     r = H / G
-    with g.scope("mamba"), g.block(MIXER):
+    with g.scope("mamba"):
         zxbcdt = g.einsum("bsh,hge->bsge", y, g.param("in_proj.weight", (h, G, 2 * r * P + 2 * N + r)),
                           name="in_proj")
         z, xbc, dt = g.split(zxbcdt, "bsge->bsgrp,bsgc,bsgr", (("b", "s", G, r, P), ("b", "s", G, r * P + 2 * N),
@@ -121,3 +116,7 @@ def _moe(g: GraphBuilder, c: HybridConfig, y: Tensor) -> Tensor:
     if c.shared_expert_ffn_hidden:
         out = g.add(out, _mlp(g, c, y, sym.dim("fs"), prefix="moe.shared"), name="moe.add_shared")
     return out
+
+
+#: each layer kind's name scope and block
+LAYERS = {"mamba": ("mamba", _mamba), "attention": ("attn", _attention), "mlp": ("mlp", _mlp), "moe": ("moe", _moe)}
