@@ -490,9 +490,9 @@ def cmd_validate(host: PluginHost, args) -> int:
         return 1 if problems else 0
     if problems:
         for p in problems:
-            print(f"{directory}: {p}", file=sys.stderr)
+            print(one_line(f"{directory}: {p}"), file=sys.stderr)
         if verdict is not None and verdict.blocked not in problems:
-            print(f"{directory}: {_verdict_text(verdict)}", file=sys.stderr)
+            print(one_line(f"{directory}: {_verdict_text(verdict)}"), file=sys.stderr)
         return 1
     if trace_set.ranks is not None:
         print(f"{directory}: {len(trace_set.ranks)} of {trace_set.world_size} ranks "
@@ -635,6 +635,16 @@ def build_parser(host: PluginHost | None) -> argparse.ArgumentParser:
     return parser
 
 
+#: characters that would end a line (str.splitlines splits on each), shown escaped
+_LINE_BREAKS = {c: repr(chr(c))[1:-1] for c in [*range(32), 0x7F, 0x85, 0x2028, 0x2029]}
+
+
+def one_line(message: str) -> str:
+    """``message`` on one line: a value the user gave (or a damaged file holds) may carry
+    line breaks and control characters; they are shown escaped, as ``\\n``."""
+    return message.translate(_LINE_BREAKS)
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM or SIGHUP arrived: unwinds like Ctrl-C, so a half-written set is removed."""
 
@@ -684,10 +694,10 @@ def _main(argv: list[str], host: PluginHost | None) -> int:
         return int(args.run(host, args) or 0)
     except TraceError as exc:
         for problem in exc.problems:
-            print(f"{PROG}: invalid trace: {problem}", file=sys.stderr)
+            print(one_line(f"{PROG}: invalid trace: {problem}"), file=sys.stderr)
         return exc.exit_status
     except StageError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(one_line(f"{PROG}: error: {exc}"), file=sys.stderr)
         return exc.exit_status
     except KeyboardInterrupt as exc:
         signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT

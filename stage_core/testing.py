@@ -27,7 +27,7 @@ from typing import Iterable
 from .errors import TraceError
 from .hookspecs import hookimpl
 from .ir.builder import GraphBuilder
-from .models import ModelConfig
+from .models import DTYPES, ModelConfig, check_choice, check_divides, check_int, check_str
 from .parallel import Plan
 from .plugins import PluginHost
 from .rankset import parse_ranks
@@ -58,6 +58,12 @@ class ToyConfig(ModelConfig):
     vocab: int = 128
     seq_len: int = 32
     dtype: str = "bf16"
+
+    def __post_init__(self):  # the shared checks a model family's config makes
+        check_str(self, "name")
+        check_int(self, "layers", "hidden", "heads", "ffn", "vocab", "seq_len")
+        check_divides(self, "heads", "hidden", f"the head dim is hidden/heads; valid head counts divide {self.hidden}")
+        check_choice(self, "dtype", DTYPES)
     attention: str = "classic"  # or "flash": one fused kernel
     causal_flops: bool = False
 

@@ -149,13 +149,23 @@ def check_manifest(manifest: Any, world_size: int, present: Sequence[int], costs
     for rank in present:
         if rank not in owner:
             out.at(rank, None, "", f"{where} lists this rank in no rank class")
+    timed = "hardware" in manifest
     for k, rc in enumerate(classes):
         mates = [r for r in rc.get("ranks") or () if _is_int(r) and owner.get(r) == k and r in costs]
-        _check_class(k, rc, mates, costs, out)
+        _check_class(k, rc, mates, costs, timed, out)
 
 
-def _check_class(k: int, rc: dict, ranks: list[int], costs: Mapping[int, Costs], out: Problems) -> None:
+def _check_class(k: int, rc: dict, ranks: list[int], costs: Mapping[int, Costs], timed: bool,
+                 out: Problems) -> None:
     where = f"manifest.json rank class {k}"
+    # what every manifest states of a class (compute_time_us: of a timed set); the digest
+    # is optional (a set written without validation has none) but never null
+    needed = ("nodes", "kernel_bytes", "compute_time_us") if timed else ("nodes", "kernel_bytes")
+    for key in needed:
+        if not _is_int(rc.get(key)):
+            out.at(None, None, "", f"{where}: {key} {rc.get(key, '(missing)')!r} is not an integer")
+    if "program_sha256" in rc and not isinstance(rc["program_sha256"], str):
+        out.at(None, None, "", f"{where}: program_sha256 {rc['program_sha256']!r} is not a digest")
     flops = rc.get("flops")
     if not isinstance(flops, dict) or not all(_is_int(flops.get(f)) for f in ("matmul", "other", "total")):
         out.at(None, None, "", f"{where}: flops must hold integers matmul, other and total")
@@ -164,8 +174,8 @@ def _check_class(k: int, rc: dict, ranks: list[int], costs: Mapping[int, Costs],
         out.at(None, None, "", f"{where}: flops total {flops['total']:,} is not matmul {flops['matmul']:,} "
                                 f"+ other {flops['other']:,}")
     comm = rc.get("comm_bytes")
-    if not isinstance(comm, dict) or not all(_is_int(comm.get(f, 0)) for f in COMM_FIELDS):
-        out.at(None, None, "", f"{where}: comm_bytes must hold integers")
+    if not isinstance(comm, dict) or not all(_is_int(comm.get(f)) for f in COMM_FIELDS):
+        out.at(None, None, "", f"{where}: comm_bytes must hold an integer for each of {', '.join(COMM_FIELDS)}")
         comm = None
     by_costs: dict[Costs, list[int]] = {}
     for rank in ranks:
@@ -205,8 +215,8 @@ def _disagreements(mine: Costs, rc: dict, flops, comm, where: str) -> list[str]:
                    f"kernel_bytes {kernel_bytes!r}")
     if comm is not None:
         for key, size in mine.comm:
-            if comm.get(key, 0) != size:
-                out.append(f"its nodes move {size:,} bytes by {key}, but {where} says {comm.get(key, 0):,}")
+            if comm[key] != size:
+                out.append(f"its nodes move {size:,} bytes by {key}, but {where} says {comm[key]:,}")
     micros = rc.get("compute_time_us")
     if micros is not None and micros != mine.micros:
         out.append(f"its compute nodes last {mine.micros:,} us (duration_micros), but {where} says "

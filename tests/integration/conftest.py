@@ -107,3 +107,9 @@ def write_set(host, tmp_path):
         return out
 
     return write
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """The fuzz tests' counts per category (test_fuzz_*.py), after the run."""
+    for line in config.__dict__.pop("fuzz_counts", []):  # (once, if both conftests load)
+        terminalreporter.write_line(line)

@@ -35,3 +35,27 @@ def test_report_of_100000_micro_batches_is_quick_and_small(run_stage):
     two = json.loads(run_stage("report", "--micro-batches", "2", "--json").stdout)["rank_classes"][0]
     per_micro_batch = two["flops"]["total"] - one["flops"]["total"]
     assert rc["flops"]["total"] == one["flops"]["total"] + 99_999 * per_micro_batch
+
+
+@pytest.mark.parametrize("layers", [1e30, 10**30, 10**9])
+def test_a_config_json_with_a_huge_layer_count_is_one_line(run_stage, tmp_path, layers):
+    # the issue: a config with num_hidden_layers 1e30 was OOM-killed
+    from stage_core.plugins import PluginHost
+
+    spec = next(s for s in PluginHost().models() if "llama-tiny" in s.presets)
+    data = dict(spec.presets["llama-tiny"].to_hf(), num_hidden_layers=layers)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    done = run_stage("report", "--model", path)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "num_hidden_layers" in done.stderr or f"layers={layers}" in done.stderr
+
+
+def test_report_of_a_billion_micro_batches_is_analytic(run_stage):
+    # generate refuses it (--max-nodes); report answers from one lowering of 4
+    done = run_stage("report", "--micro-batches", "1000000000", "--json")
+    assert done.returncode == 0, done.stderr
+    rc = json.loads(done.stdout)["rank_classes"][0]
+    one = json.loads(run_stage("report", "--micro-batches", "1", "--json").stdout)["rank_classes"][0]
+    two = json.loads(run_stage("report", "--micro-batches", "2", "--json").stdout)["rank_classes"][0]
+    assert rc["nodes"] == one["nodes"] + (10**9 - 1) * (two["nodes"] - one["nodes"])

@@ -20,6 +20,7 @@ from stage_core.rankset import parse_ranks
 from stage_core.trace import TraceNode, TraceSet
 
 from .errors import ChakraReadError
+from .schema import ET_VERSION
 from .writer import PREFIX
 
 _RANK_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>0|[1-9][0-9]*)\.(?P<suffix>[A-Za-z]+)$")
@@ -183,6 +184,9 @@ def open_set(directory: Path, suffix: str, decode: Decoder,
                                   path=directory)
         files = [by_rank[r] for r in ranks]
     header = read_header(files[0])
+    # every file of a set has one version: a STAGE set (with a manifest) the one STAGE
+    # writes, another the first file's
+    expected = ET_VERSION if (directory / "manifest.json").exists() else header["version"]
 
     def iter_ranks() -> Iterator[tuple[int, list[TraceNode]]]:
         many = None if files_reader is None else files_reader(files)
@@ -198,6 +202,9 @@ def open_set(directory: Path, suffix: str, decode: Decoder,
                 raise
             if not meta["version"]:
                 raise ChakraReadError("GlobalMetadata has no version", path=path, rank=rank, offset=0)
+            if meta["version"] != expected:
+                raise ChakraReadError(f"GlobalMetadata version {meta['version']!r}, but the set's is {expected!r}",
+                                      path=path, rank=rank, offset=0)
             yield rank, nodes
 
     return TraceSet(

@@ -1,0 +1,210 @@
+"""Fuzzing the command line (issue 9, point 6): arguments and output paths drawn by
+Hypothesis, on the toy model and the jsonl backend.
+
+Whatever is drawn: never a traceback; exit status 0, or 1 or 2 with one line; nothing
+half-written left; the user's files intact.  The CI profile runs a fixed budget of
+derandomized examples; ``HYPOTHESIS_PROFILE=long`` runs ten times more, at random.
+Counts per category are printed at the end of the module (``-s`` or the summary).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import string
+from collections import Counter
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from stage_core import hookimpl
+from stage_core.cli import main
+from stage_core.parallel import R
+from stage_core.records import StrategySpec
+from stage_core.testing import fresh_host, jsonl_plugin, toy_plugin
+
+COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+              database=None)
+settings.register_profile("ci", max_examples=60, derandomize=True, **COMMON)
+settings.register_profile("long", max_examples=600, **COMMON)
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
+STATS: Counter = Counter()
+
+
+def _dp(sg, mesh, plan):
+    sg.shard_inputs("dp", "b")
+    sg.grad_target["dp"] = R
+    return sg
+
+
+class DP:
+    @hookimpl
+    def stage_strategies(self):
+        return [StrategySpec("dp", "dp", lambda g, p: [], _dp)]
+
+
+HOST = fresh_host((toy_plugin, "toy"), (jsonl_plugin, "jsonl"), (DP(), "dp"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report_counts(request):
+    yield
+    line = f"fuzz ({PROFILE} profile): " + ", ".join(f"{k}: {v}" for k, v in sorted(STATS.items()))
+    request.config.fuzz_counts = [*getattr(request.config, "fuzz_counts", []), line]  # conftest prints them
+
+
+def run(argv, capsys):
+    status = main(argv, host=HOST)  # an exception here fails the test: a traceback
+    out = capsys.readouterr()
+    return status, out.err
+
+
+def check_one_line(status, err):
+    assert status in (0, 1, 2), status
+    assert "Traceback" not in err
+    if status:
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("stage: "), err
+
+
+def snapshot(folder):
+    out = {}
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, folder)
+            if os.path.islink(path):
+                out[rel] = ("link", os.readlink(path))
+            elif os.path.isfile(path):
+                out[rel] = open(path, "rb").read()
+            else:
+                out[rel] = None
+    return out
+
+
+# --------------------------------------------------------------------------- arguments
+
+INTS = st.one_of(st.integers(-3, 12), st.sampled_from([0, 64, 10**9, 2**31, 2**63, 10**30]))
+VALUES = st.one_of(INTS.map(str), st.text(string.printable, max_size=8),
+                   st.sampled_from(["", "none", "full", "selective", "fp8", "bf16", "fp16", "fp32", "gpipe",
+                                    "interleaved", "1f1b", "auto", "1e30", "inf", "nan", "-0", "tp-cp-ep-dp-pp",
+                                    "dp-tp", "jsonl", "chakra"]))
+FLAGS = ["--dp", "--tp", "--pp", "--cp", "--ep", "--zero", "--recompute", "--schedule", "--virtual-stages",
+         "--grad-dtype", "--optimizer-dtype", "--seq-len", "--micro-batch-size", "--micro-batches",
+         "--global-batch", "--order", "--model", "--max-nodes", "--stage-layers", "--format", "--bogus"]
+SET_KEYS = ["layers", "hidden", "heads", "ffn", "vocab", "seq_len", "dtype", "name", "nope", ""]
+
+
+#: values that make sense for a flag, drawn two times in three so that plans also succeed
+SENSIBLE = {"--dp": ["1", "2", "4"], "--tp": ["1", "2"], "--pp": ["1"], "--cp": ["1"], "--ep": ["1"],
+            "--zero": ["0", "1", "2", "3"], "--recompute": ["none", "selective", "full"],
+            "--schedule": ["1f1b", "gpipe"], "--virtual-stages": ["1"], "--grad-dtype": ["bf16", "fp16", "fp32"],
+            "--optimizer-dtype": ["fp32", "bf16"], "--seq-len": ["8", "16", "32"], "--micro-batch-size": ["1", "2"],
+            "--micro-batches": ["1", "3", "100000"], "--global-batch": ["4", "8"], "--order": ["tp-cp-ep-dp-pp"],
+            "--model": ["toy"], "--max-nodes": ["100", "1000000"], "--format": ["jsonl"]}
+
+
+@st.composite
+def arguments(draw):
+    argv = [draw(st.sampled_from(["report", "generate"]))]
+    argv += ["--model", draw(st.sampled_from(["toy"] * 6 + ["", "nope", "config.json"]))]
+    for flag in draw(st.lists(st.sampled_from(FLAGS), max_size=4, unique=True)):
+        sensible = st.sampled_from(SENSIBLE.get(flag, ["1"]))
+        argv += [flag, draw(st.one_of(sensible, sensible, VALUES))]
+    for _ in range(draw(st.integers(0, 2))):
+        value = draw(st.one_of(st.sampled_from(["1", "2", "4", "64"]), VALUES))
+        argv += ["--set", f"{draw(st.sampled_from(SET_KEYS))}={value}"]
+    if draw(st.booleans()):
+        argv.append(draw(st.sampled_from(["--sp", "--no-sp", "--json", "--json", "--quiet", "-o"])))
+    return argv
+
+
+@settings(settings.get_profile(PROFILE))
+@given(argv=arguments())
+def test_any_arguments(argv, tmp_path_factory, capsys):
+    folder = tmp_path_factory.mktemp("args")
+    os.chdir(folder)  # a relative -o lands here
+    try:
+        if argv[0] == "generate" and "--format" not in argv:
+            argv += ["--format", "jsonl"]
+        status, err = run(argv, capsys)
+        check_one_line(status, err)
+        left = sorted(os.listdir(folder))
+        # written whole, or nothing: no temporary folder, no part of a set
+        assert left in ([], ["traces"]) or (status == 0 and len(left) == 1), left
+        if left == ["traces"]:
+            assert status == 0 and "manifest.json" in os.listdir(folder / "traces")
+        STATS[f"arguments exit {status}"] += 1
+    finally:
+        os.chdir(tmp_path_factory.getbasetemp())
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- output paths
+
+NAMES = st.one_of(
+    st.sampled_from(["", ".", "..", "out", "out/", "./out", "a/b/out", "mine", "mine/x", "file.txt",
+                     "file.txt/x", "link", "dangling", "loop/x", "set", "set/", "empty", "~", "-o", " ",
+                     "a" * 255, "a" * 256, "é" * 128, "nl\nname", "../out", "mine/.."]),
+    st.text(string.ascii_letters + string.digits + "./_- é\n", min_size=1, max_size=12),
+)
+
+
+def garden(folder):
+    """A user's folder: files of theirs, a STAGE set, links, an empty folder."""
+    (folder / "mine" / "sub").mkdir(parents=True)
+    (folder / "mine" / "thesis.txt").write_text("years of work")
+    (folder / "mine" / "sub" / "data.csv").write_text("1,2,3")
+    (folder / "file.txt").write_text("a file")
+    (folder / "empty").mkdir()
+    (folder / "link").symlink_to(folder / "mine")
+    (folder / "dangling").symlink_to(folder / "nowhere" / "x")
+    (folder / "loop").symlink_to(folder / "loop")
+
+
+@pytest.fixture(scope="module")
+def a_set(tmp_path_factory):
+    out = tmp_path_factory.mktemp("one-set") / "set"
+    assert main(["generate", "--model", "toy", "--dp", "2", "--format", "jsonl", "-o", str(out)], host=HOST) == 0
+    return out
+
+
+@settings(settings.get_profile(PROFILE))
+@given(name=NAMES, inside=st.sampled_from(["", "mine", "mine/sub", "empty"]))
+def test_any_output_path(name, inside, a_set, tmp_path_factory, capsys):
+    root = tmp_path_factory.mktemp("paths")
+    garden(root)
+    shutil.copytree(a_set, root / "set")
+    here = root / inside
+    os.chdir(here)
+    try:
+        before = snapshot(root)
+        status, err = run(["generate", "--model", "toy", "--dp", "2", "--format", "jsonl", "-o", name], capsys)
+        check_one_line(status, err)
+        after = snapshot(root)
+        if status:
+            assert after == before  # refused: untouched, nothing half-written
+            STATS["paths refused"] += 1
+            return
+        target = os.path.realpath(os.path.join(here, name))  # (no ~ expansion: that is the shell's)
+        set_files = ["comm_groups.json", "manifest.json", "trace.0.jsonl", "trace.1.jsonl"]
+        if not target.startswith(str(root) + os.sep):  # written beside the garden (../out)
+            assert sorted(os.listdir(target)) == set_files and after == before
+            shutil.rmtree(target)
+            STATS["paths written"] += 1
+            return
+        rel = os.path.relpath(target, root)
+        written = {k for k in after if k == rel or k.startswith(rel + os.sep)}
+        assert sorted(os.path.relpath(os.path.join(root, k), target) for k in written if k != rel) == set_files
+        # everything else is as it was, but for a replaced set or empty folder and new parents
+        for key, value in before.items():
+            if key in written or (rel.startswith(key + os.sep) and value is None):
+                continue
+            assert after.get(key) == value, key  # a user's file, unchanged
+        replaced = [k for k in before if k in written and k != rel]
+        assert all(k.startswith(("set" + os.sep, "set")) for k in replaced), replaced
+        STATS["paths written"] += 1
+    finally:
+        os.chdir(tmp_path_factory.getbasetemp())
+        shutil.rmtree(root, ignore_errors=True)
