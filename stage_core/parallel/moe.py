@@ -43,6 +43,7 @@ def expert_tensors(g: Graph) -> set[Tensor]:
     """Tensors in the expert view: from each dispatch's output up to its combine's
     input, the weights the ops in between read, and the gradients of all of them."""
     region: set[Tensor] = set()
+    params = set(g.params)
     for op in g.ops:
         if op.phase != FORWARD:
             continue
@@ -50,7 +51,7 @@ def expert_tensors(g: Graph) -> set[Tensor]:
             region.update(op.outputs)
         elif op.fn != COMBINE and any(t in region for t in op.inputs):
             region.update(op.outputs)
-            region.update(t for t in op.inputs if t in set(g.params))
+            region.update(t for t in op.inputs if t in params)
     for op in g.ops:
         if op.phase == BACKWARD:
             region.update(t for t in op.outputs if t.grad_of in region)
