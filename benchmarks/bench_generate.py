@@ -1,4 +1,5 @@
-"""How long `stage generate` takes on the default job (gpt-tiny, dp 8), end to end and by phase.
+"""How long `stage generate` takes on the default job (gpt-tiny, dp 8), end to end and by phase, and how
+long the largest presets take to build.
 
     python benchmarks/bench_generate.py [--repeat N]
 """
@@ -30,6 +31,17 @@ def main() -> None:
     for key in ("plan_s", "write_s", "validate_s", "total_s"):
         values = [x[key] for x in runs]
         print(f"  {key:<11} median {statistics.median(values) * 1e3:8.1f} ms   min {min(values) * 1e3:8.1f} ms")
+    # the largest presets' single-device graphs (the model plugins' build step alone)
+    for spec in host.models():
+        for name in ("megatron-1t", "deepseek-v3", "llama3-405b"):
+            if name in spec.presets:
+                times = []
+                for _ in range(args.repeat):
+                    t = time.perf_counter()
+                    spec.build(spec.presets[name])
+                    times.append(time.perf_counter() - t)
+                print(f"  build {name:<12} median {statistics.median(times) * 1e3:8.1f} ms   "
+                      f"min {min(times) * 1e3:8.1f} ms")
     # the command as a user runs it, interpreter start-up and plugin discovery included
     with tempfile.TemporaryDirectory() as d:
         walls = []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from importlib.metadata import entry_points
 
 import pytest
@@ -153,8 +152,7 @@ def test_tied_and_untied_head():
     assert head.inputs[1].name == "head.weight"
 
 
-def test_largest_build_is_fast():
-    t0 = time.perf_counter()
+def test_largest_preset_builds_whole():
+    # its build time is a benchmark figure (benchmarks/bench_generate.py), not a timed test
     g = build(PRESETS["megatron-1t"])
-    assert time.perf_counter() - t0 < 1.0
     assert g.meta["layers"] == 128
