@@ -41,6 +41,8 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import attrgetter, gt
 from typing import Callable, Sequence
 
 from ..trace import NodeType, TraceNode
@@ -75,36 +77,41 @@ class Program:
 
 def build_program(nodes: Sequence[TraceNode]) -> Program:
     """The program of a node list whose ids are unique and whose dependencies exist."""
-    order = sorted(nodes, key=_id) if any(a.id > b.id for a, b in zip(nodes, nodes[1:])) \
-        else nodes
-    ids = tuple(node.id for node in order)
-    index = {nid: pos for pos, nid in enumerate(ids)}
-    kinds = bytes(KINDS[node.type] for node in order)
-    deps = tuple(tuple(dict.fromkeys(index[d] for d in (*node.data_deps, *node.ctrl_deps)))
-                 for node in order)
+    ids = tuple(map(_ID, nodes))
+    order = nodes
+    if any(map(gt, ids, ids[1:])):
+        order = sorted(nodes, key=_ID)
+        ids = tuple(map(_ID, order))
+    index = dict(zip(ids, range(len(ids))))
+    if ids and ids[0] == 0 and ids[-1] == len(ids) - 1:  # ids are positions
+        deps = tuple([(*node.data_deps, *node.ctrl_deps) for node in order])
+    else:
+        at = index.__getitem__
+        deps = tuple([tuple(map(at, (*node.data_deps, *node.ctrl_deps))) for node in order])
     users: list[list[int]] = [[] for _ in ids]
     for pos, mine in enumerate(deps):
         for dep in mine:
             users[dep].append(pos)
+    kinds = bytes(map(KINDS.__getitem__, map(_TYPE, order)))
     comm = {}
-    for pos, node in enumerate(order):
-        kind = kinds[pos]
-        if kind == COLL:
-            comm[pos] = (node.attr("comm_type"), node.attr("comm_size"))
-        elif kind != COMP:
-            comm[pos] = (node.attr("comm_tag"), node.attr("comm_size"))
-    key = (ids, kinds, deps, tuple(sorted(comm.items())))
-    return Program(ids, tuple(node.name for node in order), kinds, deps,
-                   tuple(map(tuple, users)), comm, index, _slot_ordered(kinds, deps), key)
+    for pos in compress(range(len(kinds)), kinds):  # every node but COMP (0)
+        attr = order[pos].attr
+        first = "comm_type" if kinds[pos] == COLL else "comm_tag"
+        comm[pos] = (attr(first), attr("comm_size"))
+    key = (ids, kinds, deps, tuple(comm.items()))
+    return Program(ids, tuple(map(_NAME, order)), kinds, deps, tuple(map(tuple, users)), comm,
+                   index, _slot_ordered(kinds, deps), key)
 
 
-def _id(node: TraceNode) -> int:
-    return node.id
+_ID, _TYPE, _NAME = attrgetter("id"), attrgetter("type"), attrgetter("name")
 
 
 def _slot_ordered(kinds: bytes, deps: tuple[tuple[int, ...], ...]) -> bool:
     """Whether each send or collective depends, maybe through others, on the one
     before it in a topological order (so all of them form one chain)."""
+    slots = [pos for pos, kind in enumerate(kinds) if kind == SEND or kind == COLL]
+    if all(a in deps[b] for a, b in zip(slots, slots[1:])):
+        return True  # each waits on the one before it itself, as STAGE writes them
     order = _topological(deps)
     if order is None:
         return False  # a dependency cycle: not every node runs anyway
