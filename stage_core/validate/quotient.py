@@ -90,17 +90,20 @@ def _link_collectives(summaries: Mapping[int, RankSummary], process_of: list[int
     ids_of: list[tuple[int, ...]] = []  # token -> the ids, in order
     seen: dict[str, set[int]] = {}  # group -> ranks with collectives on it
     templates: dict[int, tuple] = {}  # process -> (a rank's pg_names, {its pg: token})
+    columns: dict[tuple[int, int], tuple] = {}  # (process, id(column)) -> (column, {name: token})
     for rank, summary in summaries.items():
         p = process_of[rank]
-        known = templates.get(p)
-        tokens = None if known is None else _renamed(known, summary.pg_names)
+        tokens = _stamped(columns, p, summary.stamp)
         if tokens is None:
-            tokens = {}
-            for pg, ids in _ids_by_group(summary.ids, summary.pg_names).items():
-                tokens[pg] = len(ids_of)
-                ids_of.append(ids)
-            if known is None:
-                templates[p] = (summary.pg_names, tokens)
+            known = templates.get(p)
+            tokens = None if known is None else _renamed(known, summary.pg_names)
+            if tokens is None:
+                tokens = {}
+                for pg, ids in _ids_by_group(summary.ids, summary.pg_names).items():
+                    tokens[pg] = len(ids_of)
+                    ids_of.append(ids)
+                templates.setdefault(p, (summary.pg_names, tokens))
+            _remember_column(columns, p, summary.stamp, tokens)
         for pg, token in tokens.items():
             entries.setdefault(pg, set()).add((p, token))
             seen.setdefault(pg, set()).add(rank)
@@ -130,6 +133,29 @@ def _link_collectives(summaries: Mapping[int, RankSummary], process_of: list[int
             for p, pos in slots:
                 if rendezvous[p].setdefault(pos, instance) != instance:
                     raise _Inconsistent
+
+
+def _stamped(columns: dict, p: int, stamp: tuple | None) -> dict | None:
+    """This rank's pg_name -> token from its stamp alone (see RankSummary.stamp), when
+    another rank of its process had the same column: no pass over its collectives."""
+    if stamp is None:
+        return None
+    column, renamed = stamp
+    known = columns.get((p, id(column)))
+    if known is None or known[0] is not column:
+        return None
+    tokens = {renamed.get(name, name): token for name, token in known[1].items()}
+    return tokens if len(tokens) == len(known[1]) else None  # (one-to-one)
+
+
+def _remember_column(columns: dict, p: int, stamp: tuple | None, tokens: dict) -> None:
+    """Record the tokens of a stamped rank's groups by the column's own names."""
+    if stamp is None or (p, id(stamp[0])) in columns:
+        return
+    column, renamed = stamp
+    by_name = {name: tokens.get(renamed.get(name, name)) for name in dict.fromkeys(column)}
+    if None not in by_name.values() and len(set(by_name.values())) == len(by_name):
+        columns[(p, id(column))] = (column, by_name)
 
 
 def _renamed(template: tuple, pg_names: Sequence[str]) -> dict | None:

@@ -37,6 +37,10 @@ class RankSummary:
     # the index of the rank's program for the replay (Shapes.programs); -1 when the
     # rank has a problem that the simulator cannot run (see scan_rank)
     program: int = -1
+    # when the pg_names are a column shared by ranks with some names replaced
+    # (stamped.summary): (that column, {old name: new name}); lets the replay link
+    # the rank's collectives by its group names alone
+    stamp: tuple[Sequence[str], dict[str, str]] | None = None
 
     def collectives(self) -> list[tuple[int, str, int, int, str]]:
         """(node id, pg_name, comm_type, comm_size, node name) of each collective."""

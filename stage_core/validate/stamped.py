@@ -57,7 +57,7 @@ def summary(rank: int, nodes: StampedNodes, groups: Mapping[str, frozenset[int]]
         (sends if is_send else recvs)[(peer, *rest)].append((node_id, name))
     ids, comm_types, comm_sizes, names = shape.coll_columns
     return RankSummary(ids, pg_names, comm_types, comm_sizes, names, sends, recvs,
-                       shapes.program(shape, nodes.base))
+                       shapes.program(shape, nodes.base), (pg_column, renamed))
 
 
 def _columns(shapes: Shapes, base) -> tuple | None:

@@ -14,15 +14,17 @@ test_simulator.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import shutil
 from pathlib import Path
 
 import pytest
 from conftest import ASTRA_SIM, NO_SIMULATOR
 
-from stage_core.api import plan_job, write_trace_set
+from stage_core.api import plan_job, read_trace_set, write_trace_set
 from stage_core.parallel import Plan
 from stage_core.trace import CollectiveType, NodeType, RankProgram
+from stage_core.validate import validate
 
 DATA = Path(__file__).parent / "data" / "prechain"
 PRECHAIN = sorted(p.name for p in DATA.iterdir() if p.is_dir())
@@ -48,11 +50,30 @@ UNCHAINED = [
 
 
 @pytest.mark.parametrize("name", PRECHAIN)
-def test_the_sets_that_deadlocked_before_the_chain(name, tmp_path, replay_and_simulate):
+def test_the_sets_that_deadlocked_before_the_chain(name, host, tmp_path, replay_and_simulate):
     shutil.copytree(DATA / name, tmp_path / name)  # `stage astrasim` writes beside the traces
     verdict, status, results = replay_and_simulate(tmp_path / name)
     assert not verdict.finishes and status == 1
+    assert validate(read_trace_set(host, tmp_path / name)) == [verdict.blocked]  # the one problem
+    per_rank_agrees(host, tmp_path / name, verdict)
     assert results["summary"]["finished_ranks"] == 0  # every rank waits
+
+
+def per_rank_agrees(host, trace_dir: Path, verdict) -> None:
+    """The replay with one process per rank gives what one per rank class gave (the
+    sets are read as StampedNodes, so this covers linking by a rank's stamp too)."""
+    import stage_core.validate as package
+    from stage_core.validate.verdict import decide
+
+    real = package.decide
+    package.decide = functools.partial(decide, per_class=False)
+    try:
+        slow = package.examine(read_trace_set(host, trace_dir)).verdict
+    finally:
+        package.decide = real
+    assert not slow.per_class
+    assert (slow.unfinished, slow.timing_independent, slow.blocked) == \
+        (verdict.unfinished, verdict.timing_independent, verdict.blocked)
 
 
 def unchained(program: RankProgram) -> RankProgram:
@@ -73,9 +94,10 @@ def unchained(program: RankProgram) -> RankProgram:
 @pytest.mark.parametrize("model,plan", [case[1:] for case in UNCHAINED],
                          ids=[case[0] for case in UNCHAINED])
 def test_tied_pipelines_without_the_chain(host, tmp_path, replay_and_simulate, model, plan):
-    verdict, status, results = replay_and_simulate(
-        written(host, tmp_path, model, plan, TINY_GPT2, unchained))
+    out = written(host, tmp_path, model, plan, TINY_GPT2, unchained)
+    verdict, status, results = replay_and_simulate(out)
     assert status == (0 if verdict.finishes else 1)
+    per_rank_agrees(host, out, verdict)
 
 
 def written(host, tmp_path, model, plan, overrides, change=None, rank=None) -> Path:
@@ -162,10 +184,11 @@ BROKEN = [
                          ids=[case[0] for case in BROKEN])
 def test_sets_broken_on_purpose(host, tmp_path, replay_and_simulate, rank, change, finish):
     model, plan = BASE
-    verdict, status, results = replay_and_simulate(
-        written(host, tmp_path, model, plan, TINY_GPT2, change, rank))
+    out = written(host, tmp_path, model, plan, TINY_GPT2, change, rank)
+    verdict, status, results = replay_and_simulate(out)
     assert verdict.finishes == finish
     assert status == (0 if finish else 1)
+    per_rank_agrees(host, out, verdict)
 
 
 def test_stage_astrasim_refuses_a_set_that_deadlocks_and_names_the_ranks(run_stage, tmp_path):
