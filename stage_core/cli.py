@@ -294,6 +294,10 @@ def cmd_generate(host: PluginHost, args) -> int:
         chosen = set(ranks)
         nodes = sum(len(p.nodes) * len(chosen.intersection(p.ranks)) for p in result.job.programs)
     what = f"{result.config.name}, {_plan_text(result.plan)}"
+    if plan.task == SERVE:
+        P = result.prefill.job.world_size
+        what = (f"{result.config.name}, serve: prefill ranks 0-{P - 1} {_plan_text(result.prefill.plan)}, "
+                f"decode ranks {P}-{world - 1} {_plan_text(result.decode.plan)}")
     if used_default:
         what += " (the default job)"
     check = "" if args.no_validate else ", validated"

@@ -140,6 +140,12 @@ def plan_serve(host, model: str, overrides: Mapping[str, str] | None, prefill: P
     pre = plan_job(host, model, overrides, prefill, gpu)
     if decode.context_len is None:  # the prompt, then the first new token
         decode = decode.replace(context_len=pre.plan.seq_len + 1)
+        most = pre.forward.meta.get("max_positions")
+        last = decode.context_len + decode.decode_steps - 1
+        if most and last > most:
+            raise UsageError(f"--seq-len {pre.plan.seq_len}: decoding after the prompt reaches position {last}, "
+                             f"beyond the {most} positions of {pre.config.name}; give --seq-len at most "
+                             f"{most - decode.decode_steps}")
     if decode.context_len <= pre.plan.seq_len:
         raise UsageError(f"--context-len {decode.context_len}: the decode side starts after the prompt of "
                          f"--seq-len {pre.plan.seq_len} and its first token; give at least {pre.plan.seq_len + 1}")

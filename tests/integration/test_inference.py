@@ -96,7 +96,8 @@ def test_context_parallel_prefill_caches_each_ranks_part_of_the_prompt(host):
      "--context-len 8000 + --decode-steps 200 - 1 = 8199: llama3-70b has 8192 positions; give --context-len at "
      "most 7993"),
     (["--task", "serve", "--prefill-ranks", "8", "--decode-ranks", "8", "--tp", "8", "--seq-len", "8192"],
-     "--context-len 8193: llama3-70b has 8192 positions"),
+     "--seq-len 8192: decoding after the prompt reaches position 8193, beyond the 8192 positions of llama3-70b; "
+     "give --seq-len at most 8191"),
 ])
 def test_a_context_beyond_the_models_positions_is_one_line(run_stage, argv, words):
     done = run_stage("report", "--model", "llama3-70b", *argv)
