@@ -63,10 +63,6 @@ class ServeResult:
     plan: Plan
     transfers: list = field(default_factory=list)  # (prefill rank, decode rank, request, bytes)
 
-    @property
-    def reports(self):
-        return list(self.prefill.reports) + list(self.decode.reports)
-
 
 # --------------------------------------------------------------------------- the two plans
 def parse_side(text: str | None, flag: str) -> dict:
