@@ -61,7 +61,9 @@ def _host_choice_flag(g, name: str, valid: Sequence[str], default: str, help: st
     g.add_argument(name, metavar="|".join(valid) or "NAME", help=f"{help} (default {default})")
 
 
-def _add_plan_flags(p: argparse.ArgumentParser, host: PluginHost | None) -> None:
+def add_plan_flags(p: argparse.ArgumentParser, host: PluginHost | None) -> None:
+    """The model, plan and batch flags of ``stage generate`` and ``report`` (plugin commands
+    that take a plan add them too, and read them back with :func:`plan_from_args`)."""
     # every default is None: a flag left out takes the --plan's value, else the Plan default
     g = p.add_argument_group("model")
     g.add_argument("--model", help=f"a preset name (see `stage models`) or a Hugging Face config.json "
@@ -253,7 +255,7 @@ def _ranks_text(ranks: Sequence[int]) -> str:
     return ",".join(map(str, ranks[:8])) + ("..." if len(ranks) > 8 else "")
 
 
-def _add_gpu_flag(p: argparse.ArgumentParser, host: PluginHost | None) -> None:
+def add_gpu_flag(p: argparse.ArgumentParser, host: PluginHost | None) -> None:
     presets = [h.name for h in host.hardware()] if host is not None else []
     p.add_argument("--gpu", metavar="|".join([*presets, "FILE"]),
                    help="time every kernel on this GPU: a hardware preset or a hardware file (`stage calibrate` "
@@ -589,8 +591,8 @@ def build_parser(host: PluginHost | None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     p = sub.add_parser("generate", help="write one trace per GPU (default: gpt-tiny on 8 GPUs into ./traces)")
-    _add_plan_flags(p, host)
-    _add_gpu_flag(p, host)
+    add_plan_flags(p, host)
+    add_gpu_flag(p, host)
     formats = [b.name for b in host.backends()] if host is not None else []
     _host_choice_flag(p, "--format", formats, "chakra", "trace format")
     p.set_defaults(format="chakra")
@@ -604,8 +606,8 @@ def build_parser(host: PluginHost | None) -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_generate)
 
     p = sub.add_parser("report", help="FLOPs, memory and traffic per rank class, without writing traces")
-    _add_plan_flags(p, host)
-    _add_gpu_flag(p, host)
+    add_plan_flags(p, host)
+    add_gpu_flag(p, host)
     p.add_argument("--json", action="store_true", help="print the manifest's JSON instead of a table")
     p.add_argument("--gpu-memory", type=float, metavar="GB",
                    help="prefill/decode: memory per GPU for the largest batch that fits (default: the --gpu's "

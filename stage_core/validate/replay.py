@@ -178,6 +178,10 @@ class Replay:
     #: when each process printed "finished" (its last completion, nothing left in
     #: flight), None if it never did
     finish: list[float | None]
+    #: with ``times=True``: per process, when each node was issued and completed
+    #: (-1: never), as the simulator's per-node log has them
+    issued_at: list[list[float]] | None = None
+    done_at: list[list[float]] | None = None
 
     def finished(self, process: int) -> bool:
         """Whether the process prints "finished" (maybe with nodes that never ran)."""
@@ -188,8 +192,9 @@ class Replay:
         return all(self.done[process])
 
 
-def run(programs: Sequence[Program], links: Links, duration: Duration = None) -> Replay:
-    """Replay ``programs`` (one per process) under the simulator's issue rules."""
+def run(programs: Sequence[Program], links: Links, duration: Duration = None, times: bool = False) -> Replay:
+    """Replay ``programs`` (one per process) under the simulator's issue rules; with
+    ``times``, record when each node was issued and completed."""
     count = len(programs)
     kinds = [p.kinds for p in programs]
     users = [p.users for p in programs]
@@ -208,6 +213,8 @@ def run(programs: Sequence[Program], links: Links, duration: Duration = None) ->
     rendezvous, members, complete = links.rendezvous, links.members, links.complete
     sender = links.sender
     push = heapq.heappush
+    issued_at = [[-1.0] * len(p.ids) for p in programs] if times else None
+    done_at = [[-1.0] * len(p.ids) for p in programs] if times else None
 
     def issue(p: int, now: float) -> None:
         heap = ready[p]
@@ -217,6 +224,8 @@ def run(programs: Sequence[Program], links: Links, duration: Duration = None) ->
         while heap:
             pos = heapq.heappop(heap)
             kind = kind_of[pos]
+            if times:  # a node held for its slot comes back here when it is issued
+                issued_at[p][pos] = now
             if kind == RECV:
                 issued[p][pos] = 1
                 in_flight[p] += 1
@@ -264,6 +273,8 @@ def run(programs: Sequence[Program], links: Links, duration: Duration = None) ->
         while events and events[0][0] == now:
             _, p, pos = heapq.heappop(events)
             done[p][pos] = 1
+            if times:
+                done_at[p][pos] = now
             in_flight[p] -= 1
             last[p] = now
             kind = kinds[p][pos]
@@ -280,4 +291,4 @@ def run(programs: Sequence[Program], links: Links, duration: Duration = None) ->
         for p in sorted(touched):
             issue(p, now)
     finish = [last[p] if not in_flight[p] else None for p in range(count)]
-    return Replay(programs, issued, done, comm_slot, finish)
+    return Replay(programs, issued, done, comm_slot, finish, issued_at, done_at)

@@ -5,12 +5,14 @@ from __future__ import annotations
 from stage_core import hookimpl
 from stage_core.records import CommandSpec, ExecutorSpec
 
-from . import executors, sweep
+from . import estimate_command, executors, sweep
 
 
 @hookimpl
 def stage_commands():
-    return [CommandSpec(name="sweep", help=sweep.HELP, configure=sweep.configure, run=sweep.run)]
+    return [CommandSpec(name="sweep", help=sweep.HELP, configure=sweep.configure, run=sweep.run),
+            CommandSpec(name="estimate", help=estimate_command.HELP, configure=estimate_command.configure,
+                        run=estimate_command.run)]
 
 
 @hookimpl(trylast=True)

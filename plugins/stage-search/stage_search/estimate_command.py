@@ -1,0 +1,90 @@
+"""``stage estimate``: one plan's step time on a GPU and its network, without a simulator."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from stage_core import hardware
+from stage_core.api import Result, plan_job
+from stage_core.cli import add_gpu_flag, add_plan_flags, plan_from_args, with_named_plan
+from stage_core.errors import UsageError
+from stage_core.plugins import PluginHost
+from stage_core.records import HardwareSpec
+
+from .estimate import Estimate, estimate_job
+
+HELP = "a plan's step time on a GPU and its network: the rank-class programs replayed as ASTRA-sim runs them"
+DEFAULT_GPU = "h100"
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    add_plan_flags(p, None)
+    add_gpu_flag(p, None)
+    p.add_argument("--system", dest="gpu", help=argparse.SUPPRESS)  # the name `stage astrasim` uses
+    p.add_argument("--json", action="store_true", help="print the estimate as JSON (step_time_s, mfu, ...)")
+
+
+def run(args: argparse.Namespace) -> int:
+    host = getattr(args, "stage_host", None) or PluginHost()
+    args = with_named_plan(args, host)
+    model, overrides, plan, _ = plan_from_args(args, host)
+    if plan.task == "serve":
+        raise UsageError("--task serve: stage estimate times one program per rank class; estimate each side "
+                         "(--task prefill, --task decode) on its own")
+    hw = hardware.resolve(host, args.gpu or DEFAULT_GPU)
+    start = time.perf_counter()
+    result = plan_job(host, model, overrides, plan, hw, max_nodes=args.max_nodes)
+    est = estimate_job(result.job, hw)
+    summary = summarize(result, est, hw)
+    summary["seconds"] = time.perf_counter() - start
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(format_summary(summary))
+    return 0
+
+
+def summarize(result: Result, est: Estimate, hw: HardwareSpec) -> dict:
+    """The estimate as plain data: the step, its throughput, and per rank class what it is made of."""
+    m = result.manifest
+    classes = m["rank_classes"]
+    world = m["world_size"]
+    step = est.step_time_s
+    model_flops = sum(rc["flops"].get("model", 0) * len(rc["ranks"]) for rc in classes)
+    peak = hw.gpu.peak_flops("bf16")
+    tflops = model_flops / world / step / 1e12 if step else 0.0
+    rows = []
+    for rc, ct in zip(classes, est.classes):
+        rows.append({"ranks": len(rc["ranks"]), "first_rank": rc["ranks"][0], "finish_s": ct.finish_ns * 1e-9,
+                     "compute_s": ct.compute_ns * 1e-9, "exposed_comm_s": ct.exposed_comm_ns * 1e-9,
+                     "bubble_s": ct.bubble_ns * 1e-9, "memory_bytes": rc["memory_bytes"]["total"]})
+    busiest = max(range(len(rows)), key=lambda i: rows[i]["compute_s"])
+    return {
+        "model": result.config.name, "plan": m["plan"], "world_size": world, "hardware": hw.name,
+        "step_time_s": step,
+        "model_tflops_per_gpu": tflops,
+        "mfu": tflops * 1e12 / peak,
+        "memory_bytes": max(r["memory_bytes"] for r in rows),
+        "exposed_comm_s": rows[busiest]["exposed_comm_s"],
+        "estimator": "replay of the rank-class programs under ASTRA-sim's issue rules, analytical network",
+        "rank_classes": rows,
+    }
+
+
+def format_summary(s: dict) -> str:
+    p = s["plan"]
+    degrees = " ".join(f"{a}{p[a]}" for a in ("tp", "cp", "ep", "dp", "pp") if p.get(a, 1) > 1) or "one GPU"
+    lines = [f"{s['model']}  {degrees}  world {s['world_size']}  on {s['hardware']}",
+             f"step time {s['step_time_s'] * 1e3:,.3f} ms   model {s['model_tflops_per_gpu']:,.1f} TFLOP/s per GPU"
+             f"   MFU {100 * s['mfu']:.1f}%   memory {s['memory_bytes'] / 2**30:,.2f} GiB per GPU (busiest class)",
+             "",
+             f"{'ranks':>8} {'first':>7} {'finish ms':>11} {'compute ms':>11} {'exposed comm ms':>16} "
+             f"{'bubble ms':>10} {'memory GiB':>11}"]
+    for r in s["rank_classes"]:
+        lines.append(f"{r['ranks']:>8} {r['first_rank']:>7} {r['finish_s'] * 1e3:>11,.3f} {r['compute_s'] * 1e3:>11,.3f} "
+                     f"{r['exposed_comm_s'] * 1e3:>16,.3f} {r['bubble_s'] * 1e3:>10,.3f} "
+                     f"{r['memory_bytes'] / 2**30:>11,.2f}")
+    lines.append(f"\n({s['estimator']}; {s['seconds']:.2f} s)")
+    return "\n".join(lines)

@@ -1,0 +1,73 @@
+"""The analytical network's times against ASTRA-sim's own, and against hand arithmetic.
+
+MEASURED holds finish times (ns) of single collectives and sends that the real simulator
+gave (astra-sim 518bd513, AstraSim_Analytical_Congestion_Unaware, with the configs the
+ASTRA-sim adapter writes for the h100 preset); tests/integration/test_estimate.py runs
+some of them again in the simulator itself.
+"""
+
+import math
+
+import pytest
+
+from conftest import H100
+from stage_search.network import Network, backend_bandwidth
+
+AR, AG, RS, A2A = "all_reduce", "all_gather", "reduce_scatter", "all_to_all"
+MiB = 1 << 20
+
+# (world, members, collective, comm_size, finish ns in ASTRA-sim)
+MEASURED = [
+    (8, [0, 1], AR, 4096, 15104), (8, [0, 1], AR, 64 * MiB, 201392),
+    (8, [0, 1, 2, 3], AR, MiB, 49564), (8, list(range(8)), AR, 64 * MiB, 431464),
+    (8, [0, 1, 2, 3], AG, MiB, 29944), (8, list(range(8)), AG, 64 * MiB, 1146500),
+    (8, [0, 1], RS, MiB, 9256), (8, list(range(8)), RS, 4096, 52736),
+    (8, [0, 1, 2, 3], A2A, 64 * MiB, 279592), (8, list(range(8)), A2A, MiB, 219336),
+    # groups across nodes: ranks 7 and 8 differ in their first address digit (NVLink),
+    # 0 and 8 only in the second (InfiniBand); the ring follows comm_groups.json's order
+    (16, [7, 8], AG, 64 * MiB, 163820), (16, [0, 8], AR, 64 * MiB, 1478848),
+    (16, [0, 4, 8, 12], AG, 64 * MiB, 491380), (16, [0, 8, 1, 9], AG, 64 * MiB, 2387074),
+    (16, [0, 8, 1, 9], AR, 64 * MiB, 1303240), (16, list(range(12)), AG, 64 * MiB, 1801620),
+    # the whole world of two dimensions: a phase per dimension, chunks pipelined
+    (16, list(range(16)), AR, 64 * MiB, 431504), (16, list(range(16)), AG, 64 * MiB, 2597140),
+    (16, list(range(16)), RS, 64 * MiB, 270264), (16, list(range(16)), A2A, 64 * MiB, 938825),
+    (24, list(range(24)), AR, MiB, 116133), (32, list(range(32)), AR, 64 * MiB, 504348),
+    (32, list(range(32)), AG, 4096, 77110), (64, list(range(64)), AR, MiB, 329137),
+]
+
+
+@pytest.mark.parametrize("world, members, kind, size, ns", MEASURED)
+def test_collectives_take_what_astra_sim_says(world, members, kind, size, ns):
+    assert Network.of(H100, world).collective_ns(kind, size, members) == ns
+
+
+@pytest.mark.parametrize("src, dst, size, ns", [(0, 1, 4096, 1882), (0, 1, 64 * MiB, 158122), (7, 8, MiB, 4313),
+                                                (0, 8, 4096, 5372), (0, 8, 64 * MiB, 1411677)])
+def test_a_send_is_one_message_over_the_first_dimension_that_differs(src, dst, size, ns):
+    assert Network.of(H100, 16).message_ns(src, dst, size) == ns
+
+
+def test_an_all_reduce_by_hand():
+    """4 ranks in a node, 1 MiB: 4 chunks of 256 KiB, each 6 messages of 64 KiB around the
+    ring; every packet passes the memory bus (10 ns), the first 3 received are reduced
+    (3 passes over 64 KiB at 3350 B/ns)."""
+    bw = backend_bandwidth(H100.scale_up) * 2**30 / 1e9
+    assert backend_bandwidth(H100.scale_up) == 400.0
+    wire = math.floor(2 * 936.25 + 65536 / bw)
+    reduce = 3 * math.floor(65536 / 3350.0)
+    per_chunk = 6 * (10 + wire) + 10 + 3 * reduce
+    assert Network.of(H100, 8).collective_ns(AR, MiB, [0, 1, 2, 3]) == 4 * per_chunk == 49564
+
+
+def test_small_collectives_move_at_least_the_world_in_bytes_per_chunk():
+    """A chunk is at least the world size in bytes (all-gather aside): 4 chunks of 64 bytes
+    on 64 ranks, in which an all-reduce between 2 ranks moves 32-byte messages."""
+    net = Network.of(H100, 64)
+    bw = backend_bandwidth(H100.scale_up) * 2**30 / 1e9
+    per_chunk = 2 * (10 + math.floor(2 * 936.25 + 32 / bw)) + 10 + 3 * math.floor(32 / 3350.0)
+    assert net.chunk_bytes(AR, 8) == 64 and net.chunk_bytes(AG, 8) == 2
+    assert net.collective_ns(AR, 8, [0, 1]) == 4 * per_chunk
+
+
+def test_a_group_of_one_costs_nothing():
+    assert Network.of(H100, 8).collective_ns(AR, MiB, [3]) == 0
