@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from conftest import ASTRA_SIM, NO_SIMULATOR, simulate_set
 from stage_adapter_astrasim import configs, netyml
 from stage_core import hardware
 from stage_core.api import comm_groups_json, plan_job, write_trace_set
@@ -68,11 +67,8 @@ def one_collective(host, out, world, members, kind, size):
     (16, list(range(16)), "all_reduce", 1 << 24),  # the whole world: a phase per dimension
     (32, [0, 8, 16, 24], "reduce_scatter", 1 << 20),
 ])
-def test_a_collective_takes_what_the_simulator_says(host, tmp_path, world, members, kind, size):
-    if not ASTRA_SIM:
-        pytest.skip(NO_SIMULATOR)
-    status, results = simulate_set(one_collective(host, tmp_path / "set", world, members, kind, size),
-                                   validate=False)
+def test_a_collective_takes_what_the_simulator_says(host, simulate, tmp_path, world, members, kind, size):
+    status, results = simulate(one_collective(host, tmp_path / "set", world, members, kind, size), validate=False)
     assert status == 0
     finish = {row["rank"]: row["finish_time_ns"] for row in results["ranks"]}
     expected = Network.of(host.hardware_preset("h100"), world).collective_ns(kind, size, members)
@@ -90,15 +86,13 @@ PLANS = [
 
 
 @pytest.mark.parametrize("flags", PLANS)
-def test_a_plan_steps_as_the_simulator_steps_it(host, tmp_path, flags):
-    if not ASTRA_SIM:
-        pytest.skip(NO_SIMULATOR)
+def test_a_plan_steps_as_the_simulator_steps_it(host, simulate, tmp_path, flags):
     model, overrides, plan, _ = plan_from_args(build_parser(None).parse_args(["report", *flags.split()]))
     hw = hardware.resolve(host, "h100")
     result = plan_job(host, model, overrides, plan, hw)
     estimate = estimate_job(result.job, hw)
     write_trace_set(host, result, tmp_path / "set")
-    status, results = simulate_set(tmp_path / "set")
+    status, results = simulate(tmp_path / "set")
     assert status == 0
     simulated = results["summary"]["max_finish_time_ns"]
     assert estimate.step_ns == pytest.approx(simulated, rel=0.005)

@@ -1,7 +1,5 @@
 import pytest
 
-from stage_core.records import GpuSpec, HardwareSpec, LinkSpec
-
 from stage_core.testing import fresh_host, toy_plugin
 from stage_search import units
 
@@ -15,11 +13,3 @@ def toy_host(monkeypatch):
     monkeypatch.setattr(units, "_host", lambda: host)
     return host
 
-
-#: the h100 preset's numbers (stage-hardware), here so that these tests need no other plugin
-H100 = HardwareSpec(
-    name="h100", description="", gpus_per_node=8,
-    gpu=GpuSpec(name="h100", description="", matmul_tflops={"bf16": 989.4}, vector_tflops=66.9, hbm_gbps=3350.0,
-                sm_count=132),
-    scale_up=LinkSpec("NVLink 4", 450.0, 400 * 2**30 / 450e9, 936.25),
-    scale_out=LinkSpec("InfiniBand NDR", 50.0, 400 * 2**30 / 450e9, 2643.5))

@@ -13,7 +13,7 @@ from stage_core.records import ComputeModelSpec
 from stage_core.testing import fresh_host, toy_plugin
 from stage_core.trace import CollectiveType, NodeType, ProgramNode, RankProgram, TraceJob
 from stage_search.estimate import estimate_job
-from conftest import H100
+from search_hardware import H100
 
 MiB = 1 << 20
 GROUPS = {"1": [0, 1], "2": [2, 3]}

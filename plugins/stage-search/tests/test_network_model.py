@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from conftest import H100
+from search_hardware import H100
 from stage_search.network import Network, backend_bandwidth
 
 AR, AG, RS, A2A = "all_reduce", "all_gather", "reduce_scatter", "all_to_all"
