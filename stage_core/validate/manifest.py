@@ -158,11 +158,10 @@ def check_manifest(manifest: Any, world_size: int, present: Sequence[int], costs
 def _check_class(k: int, rc: dict, ranks: list[int], costs: Mapping[int, Costs], timed: bool,
                  out: Problems) -> None:
     where = f"manifest.json rank class {k}"
-    # what every manifest states of a class (compute_time_us: of a timed set); the digest
-    # is optional (a set written without validation has none) but never null
-    needed = ("nodes", "kernel_bytes", "compute_time_us") if timed else ("nodes", "kernel_bytes")
-    for key in needed:
-        if not _is_int(rc.get(key)):
+    # compute_time_us: every timed set's class has it; nodes and kernel_bytes every class
+    # written since they exist (an older manifest has neither); none is ever null
+    for key in ("nodes", "kernel_bytes", "compute_time_us"):
+        if (key in rc or (key == "compute_time_us" and timed)) and not _is_int(rc.get(key)):
             out.at(None, None, "", f"{where}: {key} {rc.get(key, '(missing)')!r} is not an integer")
     if "program_sha256" in rc and not isinstance(rc["program_sha256"], str):
         out.at(None, None, "", f"{where}: program_sha256 {rc['program_sha256']!r} is not a digest")

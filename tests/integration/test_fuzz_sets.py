@@ -218,8 +218,10 @@ def damage(draw, folder: Path, used: set[str]) -> tuple[str, bool]:
             return kind + " (same value)", False
         (folder / name).write_text(json.dumps(doc))
         if name == "manifest.json":
-            if value == "(removed)" and pattern(where) == "rank_classes.*.program_sha256":
-                return kind + " (unchecked: program_sha256 removed, as --no-validate writes)", False
+            optional = {"rank_classes.*.program_sha256": "as --no-validate writes",
+                        "rank_classes.*.nodes": "as an older STAGE wrote", "rank_classes.*.kernel_bytes": "likewise"}
+            if value == "(removed)" and pattern(where) in optional:
+                return kind + f" (unchecked: {pattern(where)} removed, {optional[pattern(where)]})", False
             return kind + ("" if checked(where) else f" (unchecked: {pattern(where)})"), checked(where)
         return kind + ("" if where[0] in used else " (a group no node names)"), where[0] in used
     return kind, True
