@@ -12,7 +12,7 @@ Hooks, by lifecycle:
 1. what exists: :func:`stage_models`, :func:`stage_strategies`,
    :func:`stage_schedules`, :func:`stage_trace_backends`, :func:`stage_commands`,
    :func:`stage_executors`, :func:`stage_plans`,
-   :func:`stage_hardware`, :func:`stage_compute_models`
+   :func:`stage_hardware`, :func:`stage_compute_models`, :func:`stage_simulators`
 2. resolving input: :func:`stage_config_from_hf`
 """
 
@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 import pluggy
 
 from .records import (BackendSpec, CommandSpec, ComputeModelSpec, ExecutorSpec, HardwareSpec, ModelSpec, PlanSpec,
-                      ScheduleSpec, StrategySpec)
+                      ScheduleSpec, SimulatorSpec, StrategySpec)
 
 PROJECT = "stage"
 
@@ -197,6 +197,26 @@ def stage_compute_models() -> Sequence[ComputeModelSpec]:
                 return max(kernel.matmul_flops / gpu.peak_flops(kernel.dtype),
                            kernel.bytes / (gpu.hbm_gbps * 1e9))
             return [ComputeModelSpec(name="roofline", time=time)]
+    """
+
+
+@_hookspec
+def stage_simulators() -> Sequence[SimulatorSpec]:
+    """Register simulators that run a written trace set (``stage search`` confirms its
+    best plans with them; ``stage sweep`` measures ``simulate`` with them).
+
+    :return: a list of :class:`~stage_core.records.SimulatorSpec`.
+
+    Example::
+
+        @hookimpl
+        def stage_simulators():
+            def available():
+                return None if shutil.which("mysim") else "mysim is not on PATH"
+            def simulate(directory, hardware):
+                finish = run_mysim(directory, hardware)  # seconds per rank
+                return {"step_time_s": max(finish), "finished": len(finish) == world}
+            return [SimulatorSpec(name="mysim", simulate=simulate, available=available)]
     """
 
 

@@ -26,7 +26,7 @@ from . import hookspecs
 from .errors import PluginError, UsageError
 from .hookspecs import PROJECT
 from .records import (BackendSpec, CommandSpec, ComputeModelSpec, ExecutorSpec, HardwareSpec, ModelSpec, PlanSpec,
-                      PluginInfo, ScheduleSpec, StrategySpec)
+                      PluginInfo, ScheduleSpec, SimulatorSpec, StrategySpec)
 
 #: modules of the core that are plugins themselves
 BUILTINS: tuple[str, ...] = ("stage_core.schedule.builtin",)
@@ -159,6 +159,9 @@ class PluginHost:
     def compute_models(self) -> list[ComputeModelSpec]:
         return self._collect("stage_compute_models", "compute model")
 
+    def simulators(self) -> list[SimulatorSpec]:
+        return self._collect("stage_simulators", "simulator")
+
     def config_from_hf(self, hf_config: Mapping[str, Any]):
         return self.pm.hook.stage_config_from_hf(hf_config=hf_config)
 
@@ -220,6 +223,14 @@ class PluginHost:
         raise UsageError(f"{whose}compute model {name!r}, which no installed plugin provides; "
                          f"known: {known}{self.broken_hint()}")
 
+    def simulator(self, name: str, flag: str = "--simulator") -> SimulatorSpec:
+        simulators = self.simulators()
+        for s in simulators:
+            if s.name == name:
+                return s
+        known = ", ".join(s.name for s in simulators) or "none installed (install stage-adapter-astrasim)"
+        raise UsageError(f"{flag} {name}: unknown simulator; known: {known}{self.broken_hint()}")
+
     def hf_model_types(self) -> list[str]:
         return sorted({t for s in self.models() for t in s.hf_model_types})
 
@@ -247,6 +258,7 @@ class PluginHost:
         add("plans", self.plans())
         add("hardware", self.hardware())
         add("compute_models", self.compute_models())
+        add("simulators", self.simulators())
         out = []
         for name, plugin in sorted(self.pm.list_name_plugin(), key=lambda x: x[0]):
             if plugin is None:  # a blocked name

@@ -130,6 +130,27 @@ class ExecutorSpec:
 
 
 @dataclass(frozen=True)
+class SimulatorSpec:
+    """A simulator that runs a written trace set and reports its step.
+
+    ``available()`` returns None when the simulator can run on this machine, else one
+    line saying why not (no binary found...).  ``simulate(directory, hardware)`` runs
+    the set in ``directory`` (written by a backend of ``formats``) on ``hardware`` (a
+    :class:`HardwareSpec`; None: the hardware the set was timed for) and returns at
+    least ``{"step_time_s": float, "finished": bool}``: the slowest rank's finish, and
+    whether every rank finished.  It raises :class:`stage_core.errors.StageError` when
+    the simulator cannot run the set.
+    """
+
+    name: str
+    simulate: Callable[[Path, "HardwareSpec | None"], Mapping[str, Any]]
+    available: Callable[[], "str | None"]
+    formats: tuple[str, ...] = ("chakra",)
+    description: str = ""
+    plugin: str = ""
+
+
+@dataclass(frozen=True)
 class PlanSpec:
     """A named parallel plan, usually a published one: the model and the flags that give it.
 

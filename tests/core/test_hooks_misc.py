@@ -166,3 +166,33 @@ def test_an_executor_plugin_is_found_by_name_and_runs_every_item():
 
     with pytest.raises(PluginError, match="'serial-plugin' and 'clash'"):
         fresh_host((Serial(), "serial-plugin"), (Clash(), "clash")).executors()
+
+
+# --------------------------------------------------------------------------- stage_simulators
+
+
+def test_a_simulator_plugin_is_found_by_name_says_whether_it_can_run_and_is_listed(tmp_path, capsys):
+    from stage_core.errors import UsageError
+    from stage_core.records import SimulatorSpec
+
+    class Fake:
+        @hookimpl
+        def stage_simulators(self):
+            def simulate(directory, hardware):  # a "simulator" that reads the set's manifest
+                world = json.loads((directory / "manifest.json").read_text())["world_size"]
+                return {"step_time_s": 0.5 * world, "finished": True}
+            return [SimulatorSpec("fake", simulate, lambda: None, description="reads the manifest"),
+                    SimulatorSpec("absent", simulate, lambda: "its binary is not installed")]
+
+    host = fresh_host((Fake(), "fake-sim"))
+    assert [s.name for s in host.simulators()] == ["absent", "fake"]
+    assert host.simulator("absent").available() == "its binary is not installed"
+    (tmp_path / "manifest.json").write_text('{"world_size": 8}')
+    fake = host.simulator("fake")
+    assert fake.plugin == "fake-sim" and fake.available() is None
+    assert fake.simulate(tmp_path, None) == {"step_time_s": 4.0, "finished": True}
+    with pytest.raises(UsageError, match="--simulator gem5: unknown simulator; known: absent, fake"):
+        host.simulator("gem5")
+    assert main(["plugins", "--json"], host=host) == 0
+    listed = {p["name"]: p for p in json.loads(capsys.readouterr().out)}
+    assert listed["fake-sim"]["provides"]["simulators"] == ["absent", "fake"]

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import sys
@@ -15,7 +16,7 @@ from typing import Mapping, TextIO
 
 from stage_core import hardware
 from stage_core.api import read_trace_set
-from stage_core.errors import TraceError, UsageError
+from stage_core.errors import StageError, TraceError, UsageError
 from stage_core.plugins import PluginHost
 from stage_core.validate import validate as validate_set
 
@@ -215,3 +216,43 @@ def _print_command(paths: runner.SimPaths, work: Path, meta: dict, as_json: bool
               f"(the binary is {runner.CONVENTIONAL_PATH} in an astra-sim build; "
               f"then pass it with --astra-sim to parse the results)\n")
     return 0
+
+
+# --------------------------------------------------------------------------- the stage_simulators record
+
+
+def available(env: Mapping[str, str] | None = None) -> str | None:
+    """None when an ASTRA-sim binary is found (``$ASTRA_SIM_BIN``, else on PATH), else why not."""
+    try:
+        binary = runner.find_binary(None, os.environ if env is None else env)
+    except UsageError as exc:
+        return str(exc)
+    if binary is None:
+        return (f"no ASTRA-sim analytical binary: set ${runner.ENV_VAR} or put {runner.PATH_NAMES[0]} on PATH "
+                f"(…/{runner.CONVENTIONAL_PATH} in an astra-sim build)")
+    return None
+
+
+def simulate(directory: Path, hw=None, host: PluginHost | None = None) -> dict:
+    """Run the set in ``directory`` on ``hw`` (None: the hardware it was timed for) and return
+    ``{"step_time_s", "finished", "results"}`` (results: what results.json holds)."""
+    reason = available()
+    if reason:
+        raise UsageError(reason)
+    host = host or PluginHost()
+    system = None
+    if hw is not None:
+        system = hw.name if hw in host.hardware() else None
+        if system is None:
+            system = str(Path(directory) / OUT_DIR / "hardware.json")
+            Path(system).parent.mkdir(exist_ok=True)
+            hardware.save(hw, Path(system))
+    out, err = io.StringIO(), io.StringIO()
+    status = run_astrasim(directory, system=system, as_json=True, out=out, err=err, host=host, validate=False)
+    results = json.loads(out.getvalue())
+    summary = results.get("summary", {})
+    if "max_finish_time_ns" not in summary:
+        raise StageError(f"ASTRA-sim did not run the set in {directory}: {err.getvalue().strip()[-300:]}")
+    finish = summary["max_finish_time_ns"]
+    return {"step_time_s": None if finish is None else finish * 1e-9,
+            "finished": status == 0 and not summary.get("deadlock"), "results": results}

@@ -221,3 +221,24 @@ def test_inference_sets_count_model_flops_once():
         out = job_results({"plan": {"task": task}, "world_size": 2, "rank_classes": classes}, 10**9, 1e15)
         assert words in out["flop_convention"]
         assert out["model_tflops_per_gpu"] == 4.0  # 4e12 FLOPs in one second
+
+
+def test_the_simulator_record_says_why_it_cannot_run_and_runs_a_set(make_trace_set, fake_simulator, sample_stdout,
+                                                                     host, monkeypatch, tmp_path):
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    pm.register(plugin)
+    [spec] = [s for batch in pm.hook.stage_simulators() for s in batch]
+    assert spec.name == "astrasim" and spec.formats == ("chakra",)
+    monkeypatch.delenv("ASTRA_SIM_BIN", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing-here"))
+    assert "no ASTRA-sim analytical binary: set $ASTRA_SIM_BIN" in spec.available()
+    monkeypatch.setenv("ASTRA_SIM_BIN", str(tmp_path / "missing"))
+    assert "$ASTRA_SIM_BIN" in spec.available() and "not found" in spec.available()
+    monkeypatch.setenv("ASTRA_SIM_BIN", str(fake_simulator(sample_stdout)))
+    assert spec.available() is None
+    from stage_adapter_astrasim.command import simulate
+
+    got = simulate(make_trace_set(8), None, host=host)
+    assert (got["step_time_s"], got["finished"]) == (207_616_180e-9, True)
+    assert got["results"]["summary"]["deadlocked_ranks"] == []
