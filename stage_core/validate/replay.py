@@ -73,6 +73,22 @@ class Program:
     #: does not depend on timing)
     ordered: bool
     key: tuple = field(repr=False)  # the content, for telling equal programs apart
+    # the dependency lists of the node list it was built from (None: ids out of order)
+    source: tuple[list, list] | None = field(default=None, repr=False)
+
+    def built_from(self, nodes: Sequence[TraceNode]) -> bool:
+        """Whether ``nodes`` give this very program, by a few passes in C over them
+        (ids, names, types, dependency lists, communication attributes) instead of
+        building it."""
+        if self.source is None or len(nodes) != len(self.ids) \
+                or tuple(map(_ID, nodes)) != self.ids or tuple(map(_NAME, nodes)) != self.names \
+                or bytes(map(KINDS.__getitem__, map(_TYPE, nodes))) != self.kinds \
+                or list(map(_DATA, nodes)) != self.source[0] \
+                or list(map(_CTRL, nodes)) != self.source[1]:
+            return False
+        return all(_comm(nodes[pos], kind) == self.comm[pos]
+                   for pos, kind in zip(compress(range(len(self.kinds)), self.kinds),
+                                        filter(None, self.kinds)))
 
 
 def build_program(nodes: Sequence[TraceNode]) -> Program:
@@ -93,17 +109,22 @@ def build_program(nodes: Sequence[TraceNode]) -> Program:
         for dep in mine:
             users[dep].append(pos)
     kinds = bytes(map(KINDS.__getitem__, map(_TYPE, order)))
-    comm = {}
-    for pos in compress(range(len(kinds)), kinds):  # every node but COMP (0)
-        attr = order[pos].attr
-        first = "comm_type" if kinds[pos] == COLL else "comm_tag"
-        comm[pos] = (attr(first), attr("comm_size"))
+    comm = {pos: _comm(order[pos], kinds[pos])  # every node but COMP (0)
+            for pos in compress(range(len(kinds)), kinds)}
     key = (ids, kinds, deps, tuple(comm.items()))
+    source = (list(map(_DATA, order)), list(map(_CTRL, order))) if order is nodes else None
     return Program(ids, tuple(map(_NAME, order)), kinds, deps, tuple(map(tuple, users)), comm,
-                   index, _slot_ordered(kinds, deps), key)
+                   index, _slot_ordered(kinds, deps), key, source)
+
+
+def _comm(node: TraceNode, kind: int) -> tuple:
+    """What a comm node must share with its partners: (comm_type, comm_size) of a
+    collective, (comm_tag, comm_size) of a send or receive."""
+    return (node.attr("comm_type" if kind == COLL else "comm_tag"), node.attr("comm_size"))
 
 
 _ID, _TYPE, _NAME = attrgetter("id"), attrgetter("type"), attrgetter("name")
+_DATA, _CTRL = attrgetter("data_deps"), attrgetter("ctrl_deps")
 
 
 def _slot_ordered(kinds: bytes, deps: tuple[tuple[int, ...], ...]) -> bool:

@@ -92,6 +92,9 @@ class Shapes:
         """The index in :attr:`programs` of the program of ``nodes``, of ``shape``
         (which must be replayable)."""
         if shape.program is None:
+            shape.program = next((k for k, known in enumerate(self.programs)
+                                  if known.built_from(nodes)), None)
+        if shape.program is None:
             program = build_program(nodes)
             shape.program = self._program_index.setdefault(program.key, len(self.programs))
             if shape.program == len(self.programs):
