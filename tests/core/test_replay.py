@@ -251,3 +251,16 @@ def test_validate_reports_the_deadlock_alone():
     ranks = {0: [comp(0), coll(1, "1"), send(2, 1, deps=[0])],
              1: [recv(0, 0), coll(1, "1", deps=[0])]}
     assert [p.rank for p in validate(make(ranks, PAIR))] == [0]
+
+
+def test_a_program_is_reused_only_for_the_very_same_nodes():
+    nodes = [comp(0), coll(1, "1", deps=[0]), send(2, 1, deps=[1]), recv(3, 1), comp(4, deps=[2, 3])]
+    program = build_program(nodes)
+    assert program.built_from(nodes)
+    assert program.built_from([*nodes[:1], coll(1, "2", deps=[0]), *nodes[2:]])  # pg_name: per rank
+    for changed in (coll(1, "1", deps=[0], size=8192), coll(1, "1", ctrl=[0]),
+                    send(1, 1, deps=[0]), comp(1, deps=[0])):
+        assert not program.built_from([*nodes[:1], changed, *nodes[2:]]), changed
+    renamed = TraceNode(4, "other", NodeType.COMP, [2, 3], [], dict(nodes[4].attrs))
+    assert not program.built_from([*nodes[:4], renamed])
+    assert not build_program(nodes[::-1]).built_from(nodes[::-1])  # (ids out of order: built)
