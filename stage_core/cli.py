@@ -312,7 +312,26 @@ def cmd_generate(host: PluginHost, args) -> int:
         longest = max(rc["compute_time_us"] for rc in result.manifest["rank_classes"])
         print(f"timed on {gpu.name} ({result.manifest['compute_model']} compute model): "
               f"up to {longest / 1e3:,.3f} ms of compute per GPU per step")
+    else:
+        _warn_zero_first_kernel(host, result.job.programs)
     return 0
+
+
+def _warn_zero_first_kernel(host: PluginHost, programs) -> None:
+    """Say so when a class's first kernel takes 0 ns on a known GPU's roofline: ASTRA-sim
+    would abort on that set at its first tick (the set itself is sound)."""
+    for program in programs:
+        node = hardware.first_kernel(program.nodes)
+        if node is None:
+            continue
+        zero = [hw.name for hw in host.hardware()
+                if hardware.roofline_ns(node.num_ops, node.tensor_size, hw.gpu.peak_flops("bf16") / 1e12,
+                                        hw.gpu.hbm_gbps) == 0]
+        if zero:
+            print(f"{PROG}: warning: the first kernel of ranks {ranks_text(program.ranks)} ({node.name}, "
+                  f"{node.tensor_size} bytes) takes under 1 ns on the roofline of {', '.join(zero)}, and "
+                  f"{hardware.TICK_ZERO}; give --gpu NAME to time the kernels, or a larger batch", file=sys.stderr)
+            return
 
 
 @contextmanager

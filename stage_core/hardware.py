@@ -168,3 +168,35 @@ def transfer_bytes(hw: HardwareSpec, kind: str, seconds: float, ranks: Sequence[
     left = seconds - RING_STEPS[kind](n) * LINKS_PER_HOP * link.latency_ns * 1e-9
     return max(0, int(left * link.bytes_per_second / RING_FACTOR[kind](n)))
 
+
+
+# --------------------------------------------------------------------------- the simulator's first tick
+
+
+def first_kernel(nodes: Sequence[Any]) -> Any | None:
+    """The compute node a rank issues at time 0: the lowest-id compute node with no
+    dependency (ASTRA-sim issues ready nodes in ascending id, one compute at a time).
+
+    ``nodes`` are program nodes or decoded trace nodes (both have ``id``, ``type``,
+    ``data_deps`` and ``ctrl_deps``).
+    """
+    from .trace import NodeType
+
+    roots = [n for n in nodes if n.type == NodeType.COMP and not n.data_deps and not n.ctrl_deps]
+    return min(roots, key=lambda n: n.id, default=None)
+
+
+def roofline_ns(num_ops: int, tensor_size: int, peak_tflops: float, mem_gbps: float) -> int:
+    """ASTRA-sim's roofline time of a compute node, in its whole nanoseconds.
+
+    ``Workload::issue_comp``: num_ops over min(peak, bandwidth x num_ops/tensor_size),
+    truncated to an integer number of ns (``peak-perf`` in TFLOPS, ``local-mem-bw``
+    in GB/s, as system.json gives them).
+    """
+    seconds = max(num_ops / (peak_tflops * 1e12), tensor_size / (mem_gbps * 1e9))
+    return int(seconds * 1e9)
+
+
+#: why a kernel of 0 ns at time 0 matters (astra-network-analytical EventQueue::proceed)
+TICK_ZERO = ("ASTRA-sim aborts when a node finishes in 0 ns at time 0 (an EventQueue assertion, "
+             "exit status -6)")

@@ -112,3 +112,17 @@ def test_transfer_times_are_the_ring_formulas():
     for kind, ranks in (("all_reduce", range(8)), ("all_gather", range(4)), ("send", [0, 8])):
         seconds = hardware.transfer_seconds(HW, kind, 10**6, ranks)
         assert hardware.transfer_bytes(HW, kind, seconds, ranks) == pytest.approx(10**6, abs=1)
+
+
+def test_the_simulators_roofline_in_whole_nanoseconds_and_the_first_kernel():
+    from stage_core.hardware import first_kernel, roofline_ns
+    from stage_core.trace import NodeType, ProgramNode
+
+    # 520 B at 3,350 GB/s: 0.155 ns, truncated to 0; 1 GFLOP at 989.4 TFLOPS: 1,010.7 ns
+    assert roofline_ns(1, 520, 989.4, 3350.0) == 0
+    assert roofline_ns(10**9, 10**6, 989.4, 3350.0) == 1010
+    assert roofline_ns(10**6, 10**7, 989.4, 3350.0) == 2985  # memory bound: 1e7 B / 3.35e12 B/s
+    nodes = [ProgramNode(3, "late root", NodeType.COMP), ProgramNode(0, "recv", NodeType.COMM_RECV),
+             ProgramNode(1, "after recv", NodeType.COMP, data_deps=(0,)), ProgramNode(2, "root", NodeType.COMP)]
+    assert first_kernel(nodes).name == "root"
+    assert first_kernel(nodes[1:2]) is None

@@ -111,6 +111,8 @@ def run_astrasim(trace_dir: str | Path, *, astra_sim: str | None = None,
     log = binary is not None and (bool(timeline_file or plot_file) or traces.log_estimate() <= LOG_AUTO_LIMIT)
     configs = build_configs(traces.world_size, system, network, presets=presets,
                             timed=traces.timed, trace=log)
+    if binary is not None:
+        check_first_kernels(host, traces, json.loads(configs.system_text))
 
     work = traces.root / OUT_DIR
     texts = {SYSTEM_FILE: configs.system_text, NETWORK_FILE: configs.network_text,
@@ -181,6 +183,37 @@ def check_set(host: PluginHost, root: Path) -> None:
     problems = validate_set(read_trace_set(host, root))
     if problems:
         raise TraceError([str(p) for p in problems])
+
+
+def check_first_kernels(host: PluginHost, traces, system: Mapping) -> None:
+    """Refuse, in one line, a set whose first kernel on some rank class takes 0 ns on
+    this roofline: the simulator would abort at its first tick (:data:`hardware.TICK_ZERO`).
+
+    Only a roofline run can hit it (a timed set's nodes last at least 1 ns); one rank
+    of each class is read, as far into the set as the last of them.
+    """
+    if not system.get("roofline-enabled") or not isinstance(system.get("peak-perf"), (int, float)) \
+            or not isinstance(system.get("local-mem-bw"), (int, float)):
+        return
+    classes = traces.manifest.get("rank_classes") or []
+    wanted = {rc["ranks"][0]: rc["ranks"] for rc in classes if rc.get("ranks")}
+    if not wanted or not any(b.read and b.detect and b.detect(traces.root) for b in host.backends()):
+        return
+    for rank, nodes in read_trace_set(host, traces.root).iter_ranks():
+        if rank not in wanted:
+            continue
+        node = hardware.first_kernel(nodes)
+        if node is not None:
+            ops, size = node.attr("num_ops", 0), node.attr("tensor_size", 0)
+            if hardware.roofline_ns(ops, size, system["peak-perf"], system["local-mem-bw"]) == 0:
+                raise StageError(
+                    f"ranks {report.rank_ranges(wanted[rank])}: the first kernel, node {node.id} ({node.name}, "
+                    f"{ops} FLOPs, {size} bytes), takes under 1 ns on this roofline "
+                    f"({system['peak-perf']} TFLOPS, {system['local-mem-bw']} GB/s), and {hardware.TICK_ZERO}; "
+                    "generate the set with --gpu NAME (timed kernels last at least 1 ns) or a larger batch")
+        del wanted[rank]
+        if not wanted:
+            return
 
 
 def _title(manifest: Mapping, fallback: str) -> str:
