@@ -152,7 +152,7 @@ def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[st
         raise UsageError(f"--schedule {plan.schedule}: unknown schedule; known: {known}")
     strategies = _strategies(host, plan)
 
-    forward = spec.build(config)
+    forward, task_graph = model_graphs(spec, config, plan)
     check_positions(plan, config.name, forward.meta.get("max_positions"))
     problems = []
     for s in strategies:
@@ -163,10 +163,7 @@ def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[st
     if set_limit is not None:
         check_lower_bound(len(forward.kernels()), plan, set_limit)
 
-    if plan.inference:
-        training = inference_graph(forward, plan.task)
-    else:
-        training = differentiate(forward, OptimizerConfig(state_dtype=plan.optimizer_dtype))
+    training = task_graph()
     mesh = Mesh.from_plan(plan)
     sharded = ShardedGraph(training, plan.degrees())
     for s in strategies:
@@ -211,6 +208,36 @@ def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[st
         name=config.name,
     )
     return Result(spec, config, plan, forward, training, sharded, job, lowered.reports, manifest, lowered)
+
+
+#: the model graphs of the last few models planned: plans of one model (a search, a sweep)
+#: share them; a graph is never changed once built
+_GRAPHS: dict[tuple, list] = {}
+_GRAPHS_KEPT = 4
+
+
+def model_graphs(spec: ModelSpec, config, plan: Plan):
+    """(forward graph, a function giving the graph the task runs) of ``config``, built once
+    for the last few models asked for."""
+    key = (spec.name, json.dumps(config.to_dict(), sort_keys=True, default=str))
+    entry = _GRAPHS.pop(key, None) or [spec.build(config), {}]
+    _GRAPHS[key] = entry  # the most recent last
+    while len(_GRAPHS) > _GRAPHS_KEPT:
+        del _GRAPHS[next(iter(_GRAPHS))]
+    forward, tasks = entry
+
+    def task_graph() -> Graph:
+        which = (plan.task, plan.optimizer_dtype)
+        graph = tasks.get(which)
+        if graph is None:
+            if plan.inference:
+                graph = inference_graph(forward, plan.task)
+            else:
+                graph = differentiate(forward, OptimizerConfig(state_dtype=plan.optimizer_dtype))
+            tasks[which] = graph
+        return graph
+
+    return forward, task_graph
 
 
 def resolve_lengths(plan: Plan, config) -> Plan:

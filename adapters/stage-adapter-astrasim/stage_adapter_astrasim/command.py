@@ -73,7 +73,8 @@ def run_astrasim(trace_dir: str | Path, *, astra_sim: str | None = None,
                  err: TextIO | None = None,
                  env: Mapping[str, str] | None = None,
                  host: PluginHost | None = None, validate: bool = True,
-                 timeline_file: str | None = None, plot_file: str | None = None) -> int:
+                 timeline_file: str | None = None, plot_file: str | None = None,
+                 breakdown: bool = True) -> int:
     """The command.  Returns 0, or 1 when ranks deadlocked or the simulator failed.
 
     Presets are the hardware records of ``host``'s plugins (default: every installed
@@ -84,7 +85,7 @@ def run_astrasim(trace_dir: str | Path, *, astra_sim: str | None = None,
     Per rank class it reports the step time, model TFLOP/s per GPU and MFU, and
     compute, exposed communication and bubble from the simulator's per-node log (one
     rank per class; the log is asked for when it stays under ``LOG_AUTO_LIMIT`` bytes,
-    or always with ``timeline_file`` / ``plot_file``).
+    or always with ``timeline_file`` / ``plot_file``; never with ``breakdown=False``).
 
     Raises :class:`stage_core.errors.UsageError` for a bad DIR, preset, file, world
     size or binary.  With ``validate`` (the default) the set is read and checked first,
@@ -108,7 +109,8 @@ def run_astrasim(trace_dir: str | Path, *, astra_sim: str | None = None,
     binary = runner.find_binary(astra_sim, env)  # fail on a bad binary before writing
     if validate:
         check_set(host, traces.root)
-    log = binary is not None and (bool(timeline_file or plot_file) or traces.log_estimate() <= LOG_AUTO_LIMIT)
+    log = binary is not None and (bool(timeline_file or plot_file)
+                                  or (breakdown and traces.log_estimate() <= LOG_AUTO_LIMIT))
     configs = build_configs(traces.world_size, system, network, presets=presets,
                             timed=traces.timed, trace=log)
     if binary is not None:
@@ -281,7 +283,8 @@ def simulate(directory: Path, hw=None, host: PluginHost | None = None) -> dict:
             Path(system).parent.mkdir(exist_ok=True)
             hardware.save(hw, Path(system))
     out, err = io.StringIO(), io.StringIO()
-    status = run_astrasim(directory, system=system, as_json=True, out=out, err=err, host=host, validate=False)
+    status = run_astrasim(directory, system=system, as_json=True, out=out, err=err, host=host, validate=False,
+                          breakdown=False)
     results = json.loads(out.getvalue())
     summary = results.get("summary", {})
     if "max_finish_time_ns" not in summary:

@@ -44,6 +44,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Sequence
 
+import numpy as np
+
 from stage_core.records import HardwareSpec, LinkSpec
 
 #: system.json values the ASTRA-sim adapter writes (stage_adapter_astrasim.configs.system_config)
@@ -129,9 +131,21 @@ def _collective_ns(net: Network, kind: str, size: int, members: tuple[int, ...])
         return 0
     chunk = net.chunk_bytes(kind, size)
     if n < net.world or len(net.dims) == 1:
-        dims = [net.dims[net.dim_between(members[i], members[(i + 1) % n])] for i in range(n)]
+        dims = [net.dims[i] for i in _hops(net, members)]
         return _ring_chunks(net, kind, chunk, dims, DATASET_SPLITS)
     return _world_ns(net, kind, chunk)
+
+
+@lru_cache(maxsize=1024)
+def _hops(net: Network, members: tuple[int, ...]) -> tuple[int, ...]:
+    """The dimension each hop of the ring over ``members`` crosses (:meth:`Network.dim_between`)."""
+    a = np.array(members, dtype=np.int64)
+    b = np.roll(a, -1)
+    dim = np.full(len(a), -1)
+    for i, d in enumerate(net.dims):
+        dim = np.where((dim < 0) & (a % d.npus != b % d.npus), i, dim)
+        a, b = a // d.npus, b // d.npus
+    return tuple(int(x) for x in dim)
 
 
 def _ring_plan(kind: str, chunk: int, n: int) -> tuple[int, int, int]:

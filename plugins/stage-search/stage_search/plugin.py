@@ -5,14 +5,15 @@ from __future__ import annotations
 from stage_core import hookimpl
 from stage_core.records import CommandSpec, ExecutorSpec
 
-from . import estimate_command, executors, sweep
+from . import estimate_command, executors, search, sweep
 
 
 @hookimpl
 def stage_commands():
     return [CommandSpec(name="sweep", help=sweep.HELP, configure=sweep.configure, run=sweep.run),
             CommandSpec(name="estimate", help=estimate_command.HELP, configure=estimate_command.configure,
-                        run=estimate_command.run)]
+                        run=estimate_command.run),
+            CommandSpec(name="search", help=search.HELP, configure=search.configure, run=search.run)]
 
 
 @hookimpl(trylast=True)

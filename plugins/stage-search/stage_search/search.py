@@ -1,0 +1,441 @@
+"""``stage search``: the best plans for a model on a cluster.
+
+1. Enumerate the plans (:mod:`.space`), each checked by the core and the strategies.
+2. Measure each layer key once (:mod:`.probe`) and drop the plans that do not fit in
+   the GPU's memory, counting why.
+3. Rank the rest by the fast estimate (:mod:`.fast`).
+4. Estimate the best ``--candidates`` again with the replay of ``stage estimate`` (every
+   node of every micro-batch) and rank them by it: the step times the table shows.
+5. Run the best ``--top`` in a simulator of the ``stage_simulators`` hook (ASTRA-sim),
+   when one is installed and the set is small enough to simulate here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from stage_core import hardware
+from stage_core.api import plan_job, resolve_model
+from stage_core.cli import with_plan_preset, plan_from_args
+from stage_core.errors import UsageError
+from stage_core.parallel.plan import Plan
+from stage_core.plugins import PluginHost
+
+from . import probe
+from .estimate import estimate_job
+from .fast import estimate_plans
+from .space import Constraints, enumerate_plans
+
+HELP = "the best parallel plans for a model on N GPUs: enumerated, estimated, the best simulated"
+DEFAULT_GPU = "h100"
+#: the largest set (nodes, all ranks) simulated by default
+SIMULATE_MAX_NODES = 20_000_000
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="a preset name (see `stage models`) or a Hugging Face config.json")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a model config field")
+    p.add_argument("--gpus", type=int, required=True, metavar="N", help="GPUs in the cluster (the world size)")
+    p.add_argument("--gpu", default=None, metavar="NAME|FILE", help=f"hardware preset or file (default {DEFAULT_GPU})")
+    p.add_argument("--gpu-memory", type=float, metavar="GB",
+                   help="memory per GPU in GB of 10^9 bytes (default: the GPU's capacity)")
+    p.add_argument("--global-batch", type=int, metavar="B",
+                   help="sequences per step (default: a published plan's for this model and GPU count, else N)")
+    p.add_argument("--seq-len", type=int, metavar="S", help="tokens per sequence (default: the model's)")
+    p.add_argument("--task", choices=("train",), default="train", help="what the plans run (train)")
+    g = p.add_argument_group("constraints (narrow the space)")
+    for name in ("tp", "cp", "pp", "ep"):
+        g.add_argument(f"--{name}", type=int, metavar="N", help=f"only plans with this {name} degree")
+    g.add_argument("--max-pp", type=int, metavar="N", help="pipeline stages at most")
+    g.add_argument("--micro-batch-size", type=int, metavar="b", help="only this micro-batch size")
+    g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="only this ZeRO stage")
+    g.add_argument("--recompute", choices=("none", "selective", "full"), help="only this recompute")
+    g = p.add_argument_group("output")
+    g.add_argument("--top", type=int, default=5, metavar="K", help="plans shown and simulated (default 5)")
+    g.add_argument("--candidates", type=int, default=None, metavar="N",
+                   help="plans estimated again with the full replay (default max(10, 2 x top))")
+    g.add_argument("--compare", metavar="PLAN", help="also rank a named plan (see `stage plans`)")
+    g.add_argument("--no-simulate", action="store_true", help="do not run the simulator")
+    g.add_argument("--simulator", default="astrasim", help="simulator of the stage_simulators hook (default astrasim)")
+    g.add_argument("--simulate-max-nodes", type=int, default=SIMULATE_MAX_NODES, metavar="N",
+                   help=f"simulate a set of at most N nodes, all ranks (default {SIMULATE_MAX_NODES:,})")
+    g.add_argument("--json", action="store_true", help="print the full table as JSON")
+    g.add_argument("--plot", metavar="FILE.png", help="step time against memory, the Pareto front marked "
+                                                      "(pip install 'stage-search[plot]')")
+
+
+@dataclass
+class Entry:
+    plan: Plan
+    fast_s: float
+    memory_bytes: int
+    mfu: float
+    exposed_comm_s: float
+    step_time_s: float | None = None  # the replay's (stage estimate), for candidates
+    simulated_s: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def best_s(self) -> float:
+        return self.step_time_s if self.step_time_s is not None else self.fast_s
+
+    def to_dict(self) -> dict:
+        return {"plan": plan_flags(self.plan), "step_time_s": self.best_s,
+                "estimator": "replay" if self.step_time_s is not None else "fast",
+                "fast_step_time_s": self.fast_s, "simulated_step_time_s": self.simulated_s,
+                "mfu": self.mfu, "memory_bytes": int(self.memory_bytes), "exposed_comm_s": self.exposed_comm_s}
+
+
+def plan_flags(plan: Plan) -> list[str]:
+    """The ``stage generate`` flags of ``plan`` (defaults left out)."""
+    base = Plan()
+    out: list[str] = []
+    for name, flag in (("tp", "--tp"), ("cp", "--cp"), ("ep", "--ep"), ("pp", "--pp"), ("dp", "--dp")):
+        value = getattr(plan, name)
+        if value != 1 or name in ("tp", "pp", "dp"):
+            out += [flag, str(value)]
+    if plan.sp:
+        out.append("--sp")
+    for name, flag in (("zero", "--zero"), ("recompute", "--recompute"), ("schedule", "--schedule"),
+                       ("virtual_stages", "--virtual-stages"), ("cp_comm", "--cp-comm"), ("order", "--order")):
+        if getattr(plan, name) != getattr(base, name) or name in ("zero", "recompute", "schedule"):
+            out += [flag, str(getattr(plan, name))]
+    if plan.stage_layers is not None:
+        out += ["--stage-layers", plan.stage_layers if isinstance(plan.stage_layers, str)
+                else ",".join(map(str, plan.stage_layers))]
+    out += ["--micro-batch-size", str(plan.micro_batch_size), "--micro-batches", str(plan.micro_batches),
+            "--seq-len", str(plan.seq_len)]
+    return out
+
+
+def plan_text(plan: Plan) -> str:
+    parts = [f"tp{plan.tp}"] + [f"{a}{getattr(plan, a)}" for a in ("cp", "ep") if getattr(plan, a) > 1]
+    parts += [f"pp{plan.pp}", f"dp{plan.dp}"]
+    if plan.virtual_stages > 1:
+        parts.append(f"v{plan.virtual_stages}")
+    parts += [f"mbs{plan.micro_batch_size}", f"z{plan.zero}", {"none": "-", "selective": "rc-sel",
+                                                             "full": "rc-full"}[plan.recompute]]
+    if plan.schedule == "gpipe":
+        parts.append("gpipe")
+    if plan.order != Plan().order:
+        parts.append(plan.order)
+    return " ".join(p for p in parts if p != "-")
+
+
+def run(args: argparse.Namespace) -> int:
+    host = getattr(args, "stage_host", None) or PluginHost()
+    result = search(host, args, err=sys.stderr)
+    if args.json:
+        print(json.dumps(result["json"], indent=1))
+    else:
+        print(result["text"])
+    if args.plot:
+        plot(result["entries"], Path(args.plot), result["title"])
+    return 0
+
+
+def search(host: PluginHost, args, err=None) -> dict:
+    err = err or sys.stderr
+    say = (lambda text: print(text, file=err, flush=True))
+    t0 = time.perf_counter()
+    if args.gpus < 1:
+        raise UsageError(f"--gpus {args.gpus}: must be a positive integer")
+    if args.top < 1:
+        raise UsageError(f"--top {args.top}: must be 1 or more")
+    if args.plot:
+        _check_plot()
+    overrides = _overrides(args.set)
+    spec, config = resolve_model(host, args.model, overrides)
+    reference = _reference(host, args)
+    gpu_name = args.gpu or (reference.gpu if reference and reference.gpu else None) or DEFAULT_GPU
+    hw = hardware.resolve(host, gpu_name)
+    capacity = int(args.gpu_memory * 1e9) if args.gpu_memory else int(hw.gpu.memory_gib * 2**30)
+    if capacity <= 0:
+        raise UsageError(f"--gpu {hw.name} gives no memory size; give --gpu-memory GB")
+    seq = args.seq_len or getattr(config, "seq_len", None)
+    if not seq:
+        raise UsageError(f"model {config.name} has no default sequence length; give --seq-len")
+    batch = args.global_batch or _default_batch(host, config.name, args.gpus) or args.gpus
+    forward = spec.build(config)
+    if not probe.uniform_layers(forward):
+        raise UsageError(f"--model {args.model}: stage search measures one kind of layer; {config.name}'s layers "
+                         f"differ (estimate its plans one by one with stage estimate)")
+    layers = len({op.layer for op in forward.ops if op.layer is not None})
+    experts = int(forward.dims.get("E", 0)) if any(op.attrs.get("moe") for op in forward.ops) else 0
+    strategies = sorted(host.strategies(), key=lambda s: (s.order, s.name))
+
+    def validate(plan: Plan) -> list[str]:
+        problems: list[str] = []
+        for s in strategies:
+            problems += list(s.validate(forward, plan))
+        return problems
+
+    constraints = Constraints(tp=args.tp, cp=args.cp, pp=args.pp, ep=args.ep, max_pp=args.max_pp,
+                              micro_batch_size=args.micro_batch_size, zero=args.zero, recompute=args.recompute)
+    space = enumerate_plans(args.gpus, batch, seq, layers, gpus_per_node=hw.gpus_per_node, experts=experts,
+                            constraints=constraints, validate=validate)
+    t_enum = time.perf_counter()
+    say(f"{config.name} on {args.gpus:,} x {hw.name} ({capacity / 2**30:,.0f} GiB each), global batch {batch} x "
+        f"{seq} tokens: {space.enumerated:,} plans enumerated, {len(space.plans):,} valid "
+        f"({t_enum - t0:.1f} s)")
+    for reason, count in sorted(space.refused.items(), key=lambda kv: -kv[1]):
+        say(f"  {count:,} refused: {reason}")
+    plans = space.plans
+    if reference is not None:
+        plans = plans + [reference.plan]
+    if not plans:
+        raise UsageError("no valid plan: loosen the constraints (see the reasons above)")
+    orders = {s.name: s.order for s in host.schedules()}
+    costs, memory = _measure(host, args.model, overrides, plans, hw, layers, orders, capacity)
+    t_probe = time.perf_counter()
+    say(f"measured {len(costs)} layer keys in {t_probe - t_enum:.1f} s")
+    fitting = [i for i, p in enumerate(plans) if memory[i] <= capacity or (reference and p is reference.plan)]
+    fast = estimate_plans([plans[i] for i in fitting], costs, layers, hw, orders.__getitem__)
+    t_fast = time.perf_counter()
+    peak = hw.gpu.peak_flops("bf16")
+    entries = [Entry(p, np.inf, int(memory[i]), 0.0, 0.0) for i, p in enumerate(plans)]
+    for j, i in enumerate(fitting):
+        e = entries[i]
+        e.fast_s = float(fast.step_ns[j]) * 1e-9
+        e.mfu = float(fast.model_flops[j]) / e.fast_s / peak
+        e.exposed_comm_s = float(fast.exposed_comm_ns[j]) * 1e-9
+    ref_entry = entries.pop() if reference is not None else None
+    say(f"estimated {len(fitting):,} plans in {t_fast - t_probe:.2f} s "
+        f"({len(entries) / max(t_fast - t0, 1e-9):,.0f} plans/s from enumeration on)")
+    fits = [e for e in entries if e.memory_bytes <= capacity]
+    over = len(entries) - len(fits)
+    if over:
+        need = min(e.memory_bytes for e in entries if e.memory_bytes > capacity)
+        say(f"  {over:,} do not fit in {capacity / 2**30:,.0f} GiB per GPU (parameters, gradients, optimizer state "
+            f"and activations in flight; the smallest of them needs {need / 2**30:,.1f} GiB)")
+    if not fits:
+        raise UsageError(f"no plan fits in {capacity / 2**30:,.0f} GiB per GPU; raise --gpus or --gpu-memory")
+    fits.sort(key=lambda e: e.fast_s)
+    count = max(args.candidates or max(10, 2 * args.top), args.top)
+    candidates = fits[:count]
+    if ref_entry is not None:
+        candidates = candidates + [ref_entry]
+    for e in candidates:
+        result = plan_job(host, args.model, overrides, e.plan, hw)
+        est = estimate_job(result.job, hw)
+        e.step_time_s = est.step_time_s
+        classes = result.manifest["rank_classes"]
+        model = sum(rc["flops"]["model"] * len(rc["ranks"]) for rc in classes) / result.job.world_size
+        e.mfu = model / est.step_time_s / peak
+        e.memory_bytes = max(rc["memory_bytes"]["total"] for rc in classes)
+        busiest = max(range(len(est.classes)), key=lambda i: est.classes[i].compute_ns)
+        e.exposed_comm_s = est.classes[busiest].exposed_comm_ns * 1e-9
+    t_acc = time.perf_counter()
+    say(f"estimated the best {min(count, len(fits))} again with the replay in {t_acc - t_fast:.1f} s")
+    ranked = sorted(fits[:count], key=lambda e: e.step_time_s) + fits[count:]
+    top = ranked[:args.top]
+    simulated = _simulate(host, args, top + ([ref_entry] if ref_entry else []), hw, say)
+    title = f"{config.name} on {args.gpus:,} {hw.name}, global batch {batch} x {seq}"
+    text = _table(top, ref_entry, ranked, title, simulated)
+    data = {"model": config.name, "gpus": args.gpus, "gpu": hw.name, "gpu_memory_bytes": capacity,
+            "global_batch": batch, "seq_len": seq, "enumerated": space.enumerated, "valid": len(space.plans),
+            "refused": space.refused, "do_not_fit": over, "layer_keys": len(costs),
+            "seconds": {"enumerate": t_enum - t0, "measure_layers": t_probe - t_enum, "fast": t_fast - t_probe,
+                        "replay": t_acc - t_fast},
+            "simulator": simulated, "plans": [e.to_dict() for e in ranked]}
+    if ref_entry is not None:
+        data["compare"] = {"name": reference.name, "rank": _rank(ranked, ref_entry), **ref_entry.to_dict()}
+    return {"json": data, "text": text, "entries": ranked, "title": title}
+
+
+@dataclass
+class _Reference:
+    name: str
+    plan: Plan
+    gpu: str | None
+
+
+def _reference(host, args) -> _Reference | None:
+    if not args.compare:
+        return None
+    spec = host.plan(args.compare)
+    from stage_core.cli import build_parser
+
+    ns = build_parser(None).parse_args(["report"])
+    ns = with_plan_preset(ns, spec)
+    _, _, plan, _ = plan_from_args(ns, host)
+    if plan.world_size != args.gpus:
+        raise UsageError(f"--compare {args.compare}: runs on {plan.world_size:,} GPUs, not --gpus {args.gpus:,}")
+    if plan.stage_layers == "auto":
+        from .space import stage_layers
+
+        model = spec.settings.get("model", args.model)
+        _, config = resolve_model(host, model, {})
+        plan = plan.replace(stage_layers=stage_layers(config.layers, plan.pp * plan.virtual_stages))
+    return _Reference(spec.name, plan, getattr(ns, "gpu", None))
+
+
+def _rank(ranked: list[Entry], entry: Entry) -> int:
+    """1 + the plans ahead of ``entry``: by the replay among the candidates, else by the fast estimate."""
+    if entry.step_time_s is not None:
+        ahead = sum(1 for e in ranked if e.step_time_s is not None and e.step_time_s < entry.step_time_s)
+        ahead += sum(1 for e in ranked if e.step_time_s is None and e.fast_s < entry.fast_s)
+        return 1 + ahead
+    return 1 + sum(1 for e in ranked if e.best_s < entry.fast_s)
+
+
+def _measure(host, model, overrides, plans, hw, layers, orders, capacity):
+    """The measured layer of every layer key the plans that fit need, and every plan's memory.
+
+    Activations grow exactly with the micro-batch size and nothing else in memory does, so
+    each layer key is first measured at its smallest micro-batch size; a larger one is
+    measured only when some plan of it fits (:func:`.probe.scaled`)."""
+    keys: dict[tuple, Plan] = {}
+    for p in plans:
+        keys.setdefault(probe.layer_key(p), p)
+    mbs = probe.KEY_FIELDS.index("micro_batch_size")
+
+    def base(key):
+        return key[:mbs] + key[mbs + 1:]
+
+    smallest: dict[tuple, tuple] = {}
+    for key in keys:
+        if base(key) not in smallest or key[mbs] < smallest[base(key)][mbs]:
+            smallest[base(key)] = key
+    costs = {k: probe.measure(host, model, overrides, keys[k], hw) for k in smallest.values()}
+    for_memory = {k: costs[k] if k in costs else probe.scaled(costs[smallest[base(k)]],
+                                                               k[mbs] // smallest[base(k)][mbs])
+                  for k in keys}
+    memory = estimate_plans(plans, for_memory, layers, hw, orders.__getitem__, times=False).memory
+    for i, p in enumerate(plans):
+        key = probe.layer_key(p)
+        if key not in costs and memory[i] <= capacity:
+            costs[key] = probe.measure(host, model, overrides, p, hw)
+    return costs, memory
+
+
+def _simulate(host, args, entries: list[Entry], hw, say) -> dict:
+    if args.no_simulate:
+        return {"ran": False, "why": "--no-simulate"}
+    try:
+        sim = host.simulator(args.simulator)
+    except UsageError as exc:
+        say(f"not simulated: {exc}; showing estimates only")
+        return {"ran": False, "why": str(exc)}
+    reason = sim.available()
+    if reason:
+        say(f"not simulated: {sim.name} cannot run here ({reason}); showing estimates only")
+        return {"ran": False, "why": reason}
+    for e in entries:
+        nodes = _set_nodes(host, args, e.plan, hw)
+        if nodes > args.simulate_max_nodes:
+            e.notes.append(f"not simulated: {nodes:,} nodes > --simulate-max-nodes")
+            continue
+        tmp = Path(tempfile.mkdtemp(prefix="stage-search-"))
+        try:
+            from stage_core.api import write_trace_set
+
+            result = plan_job(host, args.model, _overrides(args.set), e.plan, hw)
+            write_trace_set(host, result, tmp / "set")
+            started = time.perf_counter()
+            got = sim.simulate(tmp / "set", hw)
+            if got.get("finished"):
+                e.simulated_s = float(got["step_time_s"])
+                say(f"  simulated {plan_text(e.plan)}: {e.simulated_s * 1e3:,.1f} ms "
+                    f"({time.perf_counter() - started:.0f} s)")
+            else:
+                e.notes.append("the simulator did not finish every rank")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return {"ran": True, "simulator": sim.name}
+
+
+def _set_nodes(host, args, plan: Plan, hw) -> int:
+    result = plan_job(host, args.model, _overrides(args.set), plan, None, programs=False)
+    return sum(r.nodes * len(r.ranks) for r in result.reports)
+
+
+def _table(top: list[Entry], ref: Entry | None, ranked: list[Entry], title: str, simulated: dict) -> str:
+    lines = [title, "", f"{'#':>3}  {'plan':<44} {'step ms':>10} {'simulated':>10} {'MFU':>6} {'memory GiB':>10} "
+                        f"{'exposed comm ms':>15}"]
+
+    def row(rank, e: Entry) -> str:
+        sim = f"{e.simulated_s * 1e3:,.1f}" if e.simulated_s is not None else "-"
+        return (f"{rank:>3}  {plan_text(e.plan):<44} {e.best_s * 1e3:>10,.1f} {sim:>10} {100 * e.mfu:>5.1f}% "
+                f"{e.memory_bytes / 2**30:>10.1f} {e.exposed_comm_s * 1e3:>15,.1f}")
+
+    for i, e in enumerate(top, 1):
+        lines.append(row(i, e))
+    if ref is not None:
+        lines.append(row(_rank(ranked, ref), ref) + "   <- --compare")
+    lines.append("")
+    lines.append("step ms: the replay of every node (stage estimate); simulated: ASTRA-sim's step"
+                 + ("" if simulated.get("ran") else f" (not run: {simulated.get('why')})"))
+    for e in top + ([ref] if ref else []):
+        for note in e.notes:
+            lines.append(f"  {plan_text(e.plan)}: {note}")
+    return "\n".join(lines)
+
+
+def _overrides(pairs) -> dict[str, str]:
+    out = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--set {pair}: expected KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _default_batch(host, model: str, gpus: int) -> int | None:
+    """The global batch of a registered plan of ``model`` (one on ``gpus`` GPUs first)."""
+    found = [p for p in host.plans() if p.settings.get("model") == model and "global-batch" in p.settings]
+    found.sort(key=lambda p: (p.world_size != gpus if hasattr(p, "world_size") else True, p.name))
+    return int(found[0].settings["global-batch"]) if found else None
+
+
+def _check_plot() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError("--plot needs matplotlib, an optional extra: pip install 'stage-search[plot]'") from None
+
+
+def pareto(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats in both coordinates (smaller is better)."""
+    order = sorted(range(len(points)), key=lambda i: points[i])
+    front, best = [], float("inf")
+    for i in order:
+        if points[i][1] < best:
+            front.append(i)
+            best = points[i][1]
+    return front
+
+
+def plot(entries: list[Entry], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    memory = [e.memory_bytes / 2**30 for e in entries]
+    step = [e.best_s for e in entries]
+    front = pareto(list(zip(memory, step)))
+    fig, ax = plt.subplots(figsize=(8, 5))
+    ax.scatter(memory, step, s=6, alpha=0.4, label="plans that fit")
+    fx = [memory[i] for i in front]
+    fy = [step[i] for i in front]
+    ax.plot(fx, fy, "r.-", label="Pareto front")
+    ax.set_xlabel("memory per GPU (GiB, the busiest stage)")
+    ax.set_ylabel("step time (s)")
+    ax.set_title(title, fontsize=9)
+    ax.legend()
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    tmp.replace(path)
