@@ -40,3 +40,38 @@ def test_a_sweep_gives_the_same_table_on_ray_as_on_local_processes(tmp_path):
     # the whole job's matmul FLOPs do not depend on the plan (without recompute)
     plain = {r["matmul_flops_per_step"] for r in ok if r["recompute"] == "none" and r["dp"] == "1"}
     assert len(plain) == 1
+
+
+ESTIMATE_GRID = """
+measure = "estimate"
+[base]
+model = "gpt-tiny"
+system = "h100"
+[grid]
+tp = [1, 2, 4]
+dp = [1, 2, 4]
+pp = [1, 2]
+zero = [0, 1]
+micro-batches = [2, 4]
+"""
+
+
+def test_an_estimate_sweep_of_60_plans_gives_the_same_table_on_ray_as_on_local_processes(tmp_path):
+    ray = pytest.importorskip("ray", reason="ray is not installed (pip install ./plugins/stage-executor-ray)")
+    (tmp_path / "grid.toml").write_text(ESTIMATE_GRID)
+    run_sweep(tmp_path / "grid.toml", tmp_path / "local.csv", executor="local", workers=2, cache=tmp_path / "a")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        run_sweep(tmp_path / "grid.toml", tmp_path / "ray.csv", executor="ray", cache=tmp_path / "b")
+    finally:
+        ray.shutdown()
+    local = (tmp_path / "local.csv").read_text()
+    assert (tmp_path / "ray.csv").read_text() == local
+    rows = list(csv.DictReader(local.splitlines()))
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert len(rows) == 72 and len(ok) == 60  # ZeRO needs dp above 1
+    assert all(r["hardware"] == "h100" and float(r["step_time_s"]) > 0 for r in ok)
+    # the same plan on more data-parallel ranks runs the same steps per rank, and reduces more
+    by = {(r["tp"], r["dp"], r["pp"], r["zero"], r["micro-batches"]): float(r["step_time_s"]) for r in ok}
+    assert all(by[(tp, "1", pp, "0", m)] < by[(tp, "4", pp, "0", m)]
+               for tp in ("1", "2", "4") for pp in ("1", "2") for m in ("2", "4"))

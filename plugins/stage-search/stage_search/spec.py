@@ -2,7 +2,7 @@
 
 ::
 
-    measure = "report"            # what every point computes (see units.MEASURES)
+    measure = "report"            # what every point computes: report, estimate or simulate (units.MEASURES)
 
     [base]                        # settings every point shares: report/generate flags
     model = "llama3-8b"           #   without their dashes ("seq-len", "sp", ...)

@@ -105,10 +105,11 @@ def run_sweep(spec_path: Path, output: Path, *, executor: str = "local", workers
     table_rows = []
     for i, point in enumerate(sweep.points):
         table_rows.append({"unit": ids[i][:16], **point.as_dict(), **rows[i]})
-    table.write(output, ("unit", *sweep.keys, *units.COLUMNS), table_rows)
-    invalid = sum(1 for r in table_rows if r["status"] != "ok")
-    print(f"wrote {output}: {len(table_rows)} rows ({len(table_rows) - invalid} ok, {invalid} invalid plans) "
-          f"in {time.perf_counter() - start:.2f} s", file=err)
+    table.write(output, ("unit", *sweep.keys, *units.COLUMNS[sweep.measure]), table_rows)
+    invalid = sum(1 for r in table_rows if r["status"] == "invalid")
+    other = sum(1 for r in table_rows if r["status"] not in ("ok", "invalid"))
+    print(f"wrote {output}: {len(table_rows)} rows ({len(table_rows) - invalid - other} ok, {invalid} invalid plans"
+          + (f", {other} not simulated" if other else "") + f") in {time.perf_counter() - start:.2f} s", file=err)
     return 0
 
 

@@ -15,12 +15,20 @@ from typing import Any
 
 from stage_core.errors import UsageError
 
-#: what a point can compute
-MEASURES = ("report",)
+#: what a point can compute: the report's costs; the step time estimated on a GPU (the
+#: replay of ``stage estimate``); the step time in a simulator of ``stage_simulators``
+MEASURES = ("report", "estimate", "simulate")
 
-#: result columns of a unit, in table order
-COLUMNS = ("status", "world_size", "rank_classes", "memory_bytes", "flops_per_gpu", "matmul_flops_per_step",
-           "comm_bytes_per_gpu", "error")
+#: result columns of a unit, in table order, per measure
+_REPORT = ("status", "world_size", "rank_classes", "memory_bytes", "flops_per_gpu", "matmul_flops_per_step",
+           "comm_bytes_per_gpu")
+COLUMNS = {
+    "report": _REPORT + ("error",),
+    "estimate": _REPORT + ("hardware", "step_time_s", "mfu", "exposed_comm_s", "error"),
+    "simulate": _REPORT + ("hardware", "step_time_s", "simulated_step_time_s", "finished", "error"),
+}
+#: the GPU a point is timed on when it names none (``system`` or ``gpu``)
+DEFAULT_GPU = "h100"
 
 
 def unit_id(unit: dict[str, Any]) -> str:
@@ -44,15 +52,62 @@ def _report_parser():
 
 def evaluate(unit: dict[str, Any]) -> dict[str, Any]:
     """The row of one unit.  A plan the core refuses is a row with status "invalid"."""
+    from stage_core import hardware
     from stage_core.api import plan_job
     from stage_core.cli import plan_from_args
 
+    measure = unit.get("measure", "report")
+    hw = None
     try:
         args = _report_parser().parse_args(["report", *unit["flags"]])
-        model, overrides, plan, _ = plan_from_args(args)
-        result = plan_job(_host(), model, overrides, plan)
+        model, overrides, plan, _ = plan_from_args(args, _host())
+        if measure != "report":
+            name = unit["hardware"].get("system") or getattr(args, "gpu", None) or DEFAULT_GPU
+            hw = hardware.resolve(_host(), name, "system")
+        result = plan_job(_host(), model, overrides, plan, hw, programs=measure != "report")
     except UsageError as exc:
         return {"status": "invalid", "error": str(exc)}
+    row = _report_row(result)
+    if measure == "report":
+        return row
+    from .estimate import estimate_job
+    from .estimate_command import summarize
+
+    est = summarize(result, estimate_job(result.job, hw), hw)
+    row.update(hardware=hw.name, step_time_s=est["step_time_s"])
+    if measure == "estimate":
+        row.update(mfu=est["mfu"], exposed_comm_s=est["exposed_comm_s"])
+        return row
+    row.update(_simulated(result, hw))
+    return row
+
+
+def _simulated(result, hw) -> dict[str, Any]:
+    """The simulator's step of ``result``'s set, written to a temporary folder."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from stage_core.api import write_trace_set
+
+    host = _host()
+    simulators = host.simulators()
+    if not simulators:
+        return {"status": "not simulated", "error": "no simulator is installed (install stage-adapter-astrasim)"}
+    simulator = simulators[0]
+    reason = simulator.available()
+    if reason:
+        return {"status": "not simulated", "error": f"{simulator.name}: {reason}"}
+    tmp = Path(tempfile.mkdtemp(prefix="stage-sweep-"))
+    try:
+        write_trace_set(host, result, tmp / "set")
+        got = simulator.simulate(tmp / "set", hw)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {"simulated_step_time_s": got["step_time_s"], "finished": bool(got["finished"])}
+
+
+def _report_row(result) -> dict[str, Any]:
     classes = result.manifest["rank_classes"]
     return {
         "status": "ok",

@@ -5,15 +5,13 @@ import math
 
 import pytest
 
-from stage_core import hookimpl
 from stage_core.api import plan_job
 from stage_core.cli import main
 from stage_core.parallel.plan import Plan
-from stage_core.records import ComputeModelSpec
 from stage_core.testing import fresh_host, toy_plugin
 from stage_core.trace import CollectiveType, NodeType, ProgramNode, RankProgram, TraceJob
 from stage_search.estimate import estimate_job
-from search_hardware import H100
+from search_hardware import H100, Hardware
 
 MiB = 1 << 20
 GROUPS = {"1": [0, 1], "2": [2, 3]}
@@ -82,26 +80,11 @@ def test_a_deadlocked_job_is_refused():
         estimate_job(job, H100)
 
 
-class _Hardware:
-    """The h100 preset and a roofline compute model (no hardware plugin is installed here)."""
-
-    @hookimpl
-    def stage_hardware(self):
-        return [H100]
-
-    @hookimpl
-    def stage_compute_models(self):
-        def roofline(kernel, gpu):
-            return max(kernel.flops / gpu.peak_flops(kernel.dtype), kernel.bytes / (gpu.hbm_gbps * 1e9))
-
-        return [ComputeModelSpec(name="roofline", time=roofline)]
-
-
 @pytest.fixture
 def estimate_host():
     from stage_search import plugin
 
-    return fresh_host((toy_plugin, "toy"), (plugin, "search"), (_Hardware(), "hw"))
+    return fresh_host((toy_plugin, "toy"), (plugin, "search"), (Hardware(), "hw"))
 
 
 def test_one_gpu_steps_for_its_kernels_alone(estimate_host, capsys):

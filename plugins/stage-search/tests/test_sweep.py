@@ -1,8 +1,10 @@
 """stage sweep: a grid into one table, incrementally; specs checked up front."""
 
 import csv
+import io
 import json
 import math
+from contextlib import redirect_stdout
 
 import pytest
 
@@ -120,3 +122,45 @@ def test_the_local_executor_returns_every_result_once_with_its_index():
     items = list(range(1, 41))
     got = dict(executors.local(math.factorial, items, {"workers": 2}))
     assert sorted(got) == list(range(40)) and got[19] == 2_432_902_008_176_640_000  # 20!
+
+
+@pytest.fixture
+def timed_host(monkeypatch):
+    """The toy model, the h100 preset and a roofline compute model."""
+    from search_hardware import Hardware
+    from stage_search import plugin
+
+    from stage_core.testing import fresh_host, toy_plugin
+
+    host = fresh_host((toy_plugin, "toy"), (plugin, "search"), (Hardware(), "hw"))
+    monkeypatch.setattr(units, "_host", lambda: host)
+    return host
+
+
+def test_an_estimate_sweep_gives_each_points_step_on_its_gpu(timed_host, tmp_path):
+    """Every point's step_time_s is what stage estimate prints for the same flags."""
+    (tmp_path / "grid.toml").write_text('measure = "estimate"\n[base]\nmodel = "toy"\n[grid]\nseq-len = [16, 32]\n'
+                                        'micro-batches = [1, 2]\n')
+    out = tmp_path / "sweep.json"
+    run_sweep(tmp_path / "grid.toml", out, workers=1, cache=tmp_path / "c")
+    rows = json.loads(out.read_text())
+    assert [(r["seq-len"], r["micro-batches"]) for r in rows] == [(16, 1), (16, 2), (32, 1), (32, 2)]
+    for r in rows:
+        got = io.StringIO()
+        with redirect_stdout(got):
+            assert main(["estimate", "--model", "toy", "--seq-len", str(r["seq-len"]), "--micro-batches",
+                         str(r["micro-batches"]), "--gpu", "h100", "--json"], host=timed_host) == 0
+        expected = json.loads(got.getvalue())
+        assert (r["status"], r["hardware"]) == ("ok", "h100")
+        assert r["step_time_s"] == expected["step_time_s"] and r["mfu"] == expected["mfu"]
+    # two micro-batches run the step's kernels twice, the optimizer once: under twice the time
+    assert rows[0]["step_time_s"] < rows[1]["step_time_s"] < 2 * rows[0]["step_time_s"]
+
+
+def test_a_simulate_sweep_without_a_simulator_says_so_per_point(timed_host, tmp_path):
+    (tmp_path / "grid.toml").write_text('measure = "simulate"\n[base]\nmodel = "toy"\n[grid]\nseq-len = [16]\n')
+    out = tmp_path / "sweep.csv"
+    run_sweep(tmp_path / "grid.toml", out, workers=1, cache=tmp_path / "c")
+    [row] = read_csv(out)
+    assert row["status"] == "not simulated" and "no simulator is installed" in row["error"]
+    assert float(row["step_time_s"]) > 0 and row["simulated_step_time_s"] == ""
