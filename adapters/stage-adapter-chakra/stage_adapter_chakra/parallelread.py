@@ -6,9 +6,11 @@ values replaced, they send back only which template (the file it was made from)
 and the values.  This process decodes each template file once itself and hands out
 the rank's nodes as :class:`~stage_core.trace.StampedNodes` over it; every other
 file (one per class in each worker, and any file a worker could not read so) it
-decodes itself, so that its errors are reported as usual, and a template file
-decoded so is the base of the files read from it (one node list per class: the
-checks that work per node list do so once).
+decodes itself, so that its errors are reported as usual.  A template file decoded
+so is the base of the files read from it; when this process itself read that file
+as another template's with values replaced, the values of the files read from it
+are composed with those, so that a class has one base whatever the number of
+workers (the checks that work per node list do so once).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ def read_files(paths: Sequence[Path], workers: int) -> Iterator[tuple[dict[str, 
 
     mine = StampDecoder()
     bases: dict[str, list[TraceNode]] = {}
+    aliases: dict[str, StampedNodes] = {}  # a worker's template file, as read here
     chunks = [[str(p) for p in paths[i:i + CHUNK]] for i in range(0, len(paths), CHUNK)]
     with multiprocessing.get_context("fork").Pool(workers, initializer=_start_worker) as pool:
         for chunk, results in zip(chunks, pool.imap(_match, chunks)):
@@ -73,16 +76,37 @@ def read_files(paths: Sequence[Path], workers: int) -> Iterator[tuple[dict[str, 
                     meta, nodes = read_et_file(Path(path), mine)
                     if type(nodes) is list:
                         _keep(bases, path, nodes)
+                    elif isinstance(nodes, StampedNodes):
+                        _keep(aliases, path, nodes)
                     yield meta, nodes
                     continue
                 meta, (source, values) = got
                 base = bases.get(source)
                 if base is None:
-                    base = _keep(bases, source, _nodes(source))
+                    alias = aliases.get(source)
+                    if alias is not None:
+                        base, values = alias.base, composed(alias.values, values)
+                    else:
+                        base = _keep(bases, source, _nodes(source))
                 yield meta, StampedNodes(base, values, partial(_nodes, path))
 
 
-def _keep(bases: dict[str, list[TraceNode]], path: str, nodes: list[TraceNode]) -> list[TraceNode]:
+def composed(first: dict, then: dict) -> dict:
+    """The values of a file read as a template ``b`` with ``then`` replaced, where ``b``
+    was read as a template ``a`` with ``first`` replaced: the file as ``a`` with the
+    result replaced (see :class:`~stage_core.trace.StampedNodes`)."""
+    out = {}
+    for (name, old), mid in first.items():
+        new = then.get((name, mid), mid)
+        if new != old:
+            out[(name, old)] = new
+    for key, new in then.items():
+        if key not in first and new != key[1]:
+            out[key] = new
+    return out
+
+
+def _keep(bases: dict, path: str, nodes):
     if len(bases) >= MAX_BASES:
         bases.clear()
     bases[path] = nodes

@@ -7,14 +7,14 @@ shared.  Each test reads a set through ``etread.read`` and compares every file.
 from __future__ import annotations
 
 import pytest
-from stage_core.trace import NodeType
+from stage_core.trace import RANK_ATTRS, NodeType, StampedNodes, TraceNode
 
 from stage_adapter_chakra import ChakraReadError, etread, schema
 from stage_adapter_chakra.records import NodeDecoder
 from stage_adapter_chakra.stampread import StampDecoder
 
 from test_records import (STAGES, PER_STAGE, check_against_reference, edit_node, frames,  # noqa: F401
-                          set_attr, write_frames, write_pipe)
+                          reference, set_attr, write_frames, write_pipe)
 
 
 @pytest.fixture
@@ -104,6 +104,50 @@ def test_several_processes_read_what_one_reads(tmp_path, monkeypatch):
     assert one == many and len(many) == STAGES * PER_STAGE
     assert sum(type(nodes).__name__ == "StampedNodes" for nodes in many.values()) > STAGES
     check_against_reference(directory)
+
+
+def _applied(stamped) -> list:
+    """The nodes a StampedNodes stands for, from its base and values alone."""
+    out = []
+    for node in stamped.base:
+        attrs = {name: (kind, stamped.values.get((name, value), value)) if name in RANK_ATTRS else (kind, value)
+                 for name, (kind, value) in node.attrs.items()}
+        out.append(TraceNode(node.id, node.name, node.type, node.data_deps, node.ctrl_deps, attrs,
+                             node.duration_micros))
+    return out
+
+
+@pytest.mark.parametrize("order", ["tp-dp-pp", "pp-tp-dp"])
+def test_several_processes_give_one_base_per_class(tmp_path, monkeypatch, order):
+    # each worker reads a class's files against a template of its own; this process
+    # reads a worker's template as the first one's with values replaced, and the
+    # values of the files read from it are composed with those
+    from stage_adapter_chakra import parallelread
+
+    directory = write_pipe(tmp_path, order)
+    monkeypatch.setattr(etread, "MIN_FILES_PARALLEL", 1)
+    monkeypatch.setattr(parallelread, "CHUNK", 2)
+    decoded = []
+    monkeypatch.setattr(parallelread, "_nodes", lambda path: decoded.append(path) or [])
+    got = dict(etread.read(directory, workers=3).iter_ranks())
+    stamped = [nodes for nodes in got.values() if isinstance(nodes, StampedNodes)]
+    assert len({id(nodes.base) for nodes in stamped}) == STAGES and not decoded
+    assert len(stamped) == STAGES * (PER_STAGE - 1)
+    for rank, nodes in got.items():
+        expected = reference((directory / f"trace.{rank}.et").read_bytes())
+        assert (_applied(nodes) if isinstance(nodes, StampedNodes) else nodes) == expected, rank
+
+
+def test_composed_values_by_hand():
+    from stage_adapter_chakra.parallelread import composed
+
+    # a -> b: "1" became "2", "4" became "9", the rest stayed; b -> the file: "2" -> "3",
+    # "9" -> "4" (so a's "4" is "4" again), peer 5 -> 6, and a "4" of b (none came from
+    # a's "4") -> "1".  A "2" of a (if any) stayed "2" in b and is "3" in the file.
+    first = {("pg_name", "1"): "2", ("pg_name", "4"): "9"}
+    then = {("pg_name", "2"): "3", ("pg_name", "9"): "4", ("comm_dst", 5): 6, ("pg_name", "4"): "1"}
+    assert composed(first, then) == {("pg_name", "1"): "3", ("pg_name", "2"): "3", ("pg_name", "9"): "4",
+                                     ("comm_dst", 5): 6}
 
 
 def test_several_processes_report_a_broken_file_as_one_does(tmp_path, monkeypatch):
