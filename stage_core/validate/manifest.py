@@ -23,6 +23,7 @@ one of those numbers is recomputed from the files and compared:
 from __future__ import annotations
 
 import hashlib
+from operator import is_
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -51,20 +52,30 @@ class Costs:
 
 class CostMemo:
     """Costs of each rank; a node list shared by several ranks (a reader's StampedNodes
-    base: only pg_name and peers differ, which no cost reads) is added up once."""
+    base: only pg_name and peers differ, which no cost reads) is added up once, also
+    when a rank had it as its own nodes before (a reader's first file of a class)."""
 
     def __init__(self):
+        # id(list) -> (the list, or a copy of a rank's own list, and its costs)
         self._by_base: dict[int, tuple[Sequence[TraceNode], Costs]] = {}
 
     def costs(self, nodes: Sequence[TraceNode]) -> Costs:
         if not isinstance(nodes, StampedNodes):
-            return _add_up(nodes)
-        got = self._by_base.get(id(nodes.base))
-        if got is None or got[0] is not nodes.base:
-            if len(self._by_base) >= _MAX_MEMO:
-                self._by_base.clear()
-            got = self._by_base[id(nodes.base)] = (nodes.base, _add_up(nodes.base))
-        return got[1]
+            # (a rank's own list might be changed afterwards by whoever made it: keep a copy)
+            return self._keep(nodes, tuple(nodes), _add_up(nodes))
+        base = nodes.base
+        got = self._by_base.get(id(base))
+        if got is not None and got[0] is base:
+            return got[1]
+        if got is not None and len(got[0]) == len(base) and all(map(is_, got[0], base)):
+            return self._keep(base, base, got[1])
+        return self._keep(base, base, _add_up(base))
+
+    def _keep(self, nodes: Sequence[TraceNode], held: Sequence[TraceNode], costs: Costs) -> Costs:
+        if len(self._by_base) >= _MAX_MEMO:
+            self._by_base.clear()
+        self._by_base[id(nodes)] = (held, costs)
+        return costs
 
 
 def _number(node: TraceNode, name: str) -> int:
