@@ -69,14 +69,20 @@ def check_collectives(groups: Mapping[str, frozenset[int]],
     # pg_name -> (chain, positions of its collectives) of its member with the most
     labels: dict[str, tuple[int, list[int]]] = {}
     slots = _Slots()
+    # ranks given as a shared column with groups renamed (RankSummary.stamp): their
+    # chain, and per group of the column its positions and sequence number, once
+    shared: dict[int, tuple] = {}  # id(column) -> (column, ids, types, sizes, chain, [(pg, where, number)])
     for rank, summary in summaries.items():
-        chain = chains.setdefault(tuple(summary.ids), len(chains))
-        for pg, where in _positions_by_group(summary.pg_names).items():
-            seq = (tuple(map(summary.comm_types.__getitem__, where)),
-                   tuple(map(summary.comm_sizes.__getitem__, where)))
-            per_group.setdefault(pg, {})[rank] = numbered.setdefault(seq, len(numbered))
+        got = _shared(shared, summary, chains, numbered)
+        if got is None:
+            chain = chains.setdefault(tuple(summary.ids), len(chains))
+            by_group = _numbered(summary.pg_names, summary, numbered)
+        else:
+            chain, by_group = got
+        for pg, where, number in by_group:
+            per_group.setdefault(pg, {})[rank] = number
             known = labels.setdefault(pg, (chain, where))
-            if known[0] != chain or known[1] != where:
+            if known[0] != chain or (known[1] is not where and known[1] != where):
                 slots.join(known, (chain, where))
                 if len(where) > len(known[1]):
                     labels[pg] = (chain, where)
@@ -144,6 +150,37 @@ class _Slots:
             if top is None:
                 return up
             parent[slot] = slot = top  # path halving
+
+
+def _shared(shared: dict, summary: RankSummary, chains: dict, numbered: dict) -> tuple | None:
+    """(chain, [(pg_name, positions, sequence number)]) of a rank whose pg_names are a
+    shared column under a one-to-one renaming (see check_collectives); None otherwise."""
+    if summary.stamp is None:
+        return None
+    column, renamed = summary.stamp
+    got = shared.get(id(column))
+    if got is None or got[0] is not column or got[1] is not summary.ids or got[2] is not summary.comm_types \
+            or got[3] is not summary.comm_sizes:
+        if len(summary.ids) != len(column):
+            return None
+        got = shared[id(column)] = (column, summary.ids, summary.comm_types, summary.comm_sizes,
+                                    chains.setdefault(tuple(summary.ids), len(chains)),
+                                    _numbered(column, summary, numbered))
+    by_group = got[5]
+    if renamed:
+        by_group = [(renamed.get(pg, pg), where, number) for pg, where, number in by_group]
+        if len({pg for pg, _, _ in by_group}) != len(by_group):
+            return None  # (two groups became one)
+    return got[4], by_group
+
+
+def _numbered(pg_names: Sequence[str], summary: RankSummary, numbered: dict) -> list[tuple[str, list[int], int]]:
+    """(pg_name, its positions, the number of its (types, sizes) sequence) per group."""
+    out = []
+    for pg, where in _positions_by_group(pg_names).items():
+        seq = (tuple(map(summary.comm_types.__getitem__, where)), tuple(map(summary.comm_sizes.__getitem__, where)))
+        out.append((pg, where, numbered.setdefault(seq, len(numbered))))
+    return out
 
 
 def _positions_by_group(pg_names: Sequence[str]) -> dict[str, list[int]]:

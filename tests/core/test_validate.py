@@ -985,3 +985,46 @@ def test_a_stamped_rank_with_a_defect_is_checked_node_by_node():
     assert built == [1]
     assert (1, 1, "rank 1 is not a member of group '2' [2, 3]") in {
         (p.rank, p.node_id, p.reason) for p in problems}
+
+
+def _applied(base_nodes, values):
+    """``base_nodes`` with ``values`` replaced, as StampedNodes means them."""
+    from stage_core.trace import RANK_ATTRS
+
+    return [TraceNode(n.id, n.name, n.type, n.data_deps, n.ctrl_deps,
+                      {name: (kind, values.get((name, v), v) if name in RANK_ATTRS else v)
+                       for name, (kind, v) in n.attrs.items()}) for n in base_nodes]
+
+
+def _two_sends(rank):
+    # rank 0 and 1: a send to rank 2 and one to rank 3, alike (tag 7, 2048 bytes)
+    return [comp(0), send(1, 2, deps=[0]), send(2, 3, deps=[1]), coll(3, "3", deps=[2])]
+
+
+def _receives(rank):
+    return [recv(0, 0), recv(1, 1, deps=[0]), coll(2, "3", deps=[1])]
+
+
+@pytest.mark.parametrize("world, stamped", [
+    (base, {1: (0, {("comm_dst", 2): 3}), 3: (2, {("comm_src", 0): 1})}),  # the usual: valid
+    (base, {1: (0, {}), 3: (2, {})}),  # nothing replaced: sends and receives left unmatched
+    (base, {1: (0, {("pg_name", "1"): "2", ("comm_dst", 2): 3})}),  # not a member of "2"
+    (base, {1: (0, {("pg_name", "1"): "3", ("comm_dst", 2): 3})}),  # two groups become one
+    (base, {1: (0, {("pg_name", "3"): "1", ("pg_name", "1"): "3", ("comm_dst", 2): 3})}),  # swapped
+    (base, {3: (2, {("pg_name", "2"): "3", ("pg_name", "3"): "2", ("comm_src", 0): 1})}),
+    (base, {1: (0, {("pg_name", "1"): "9", ("comm_dst", 2): 3})}),  # no such group
+    (base, {1: (0, {("comm_dst", 2): 9})}),  # a peer outside the world
+    (base, {1: (0, {("comm_dst", 2): 1})}),  # the rank itself
+    (lambda: {0: _two_sends(0), 1: _two_sends(1), 2: _receives(2), 3: _receives(3)},
+     {1: (0, {("comm_dst", 2): 3})}),  # two sends of one kind become one peer's
+])
+def test_a_stamped_rank_is_checked_as_its_nodes_are(world, stamped):
+    from stage_core.trace import StampedNodes
+
+    ranks = world()
+    plain = dict(ranks)
+    mixed = dict(ranks)
+    for rank, (of, values) in stamped.items():
+        plain[rank] = _applied(ranks[of], values)
+        mixed[rank] = StampedNodes(ranks[of], values, lambda nodes=plain[rank]: nodes)
+    assert validate(make(mixed)) == validate(make(plain))
