@@ -11,6 +11,7 @@ A set whose ``manifest.json`` names a ``"subset"`` of its ranks (``stage generat
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -28,29 +29,38 @@ _RANK_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>0|[1-9][0-9]*)\.(?P<suffix>[
 Decoder = Callable[[Path], tuple[dict[str, Any], list[TraceNode]]]
 
 
-def _scan(directory: Path, suffix: str) -> dict[str, dict[int, Path]]:
+def _scan(directory: Path, suffix: str, first: bool = False) -> dict[str, dict[int, Path]]:
+    """prefix -> rank -> path of the ``<prefix>.<rank>.<suffix>`` files (``first``: stop
+    at the first one).  One pass over the folder; a file's type comes with its entry."""
     found: dict[str, dict[int, Path]] = {}
     if not directory.is_dir():
         return found
-    for path in directory.iterdir():
-        m = _RANK_FILE.match(path.name)
-        if m and m["suffix"] == suffix and path.is_file():
-            found.setdefault(m["prefix"], {})[int(m["rank"])] = path
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            m = _RANK_FILE.match(entry.name)
+            if m and m["suffix"] == suffix and entry.is_file():
+                found.setdefault(m["prefix"], {})[int(m["rank"])] = Path(entry.path)
+                if first:
+                    break
     return found
 
 
 def detect(directory: Path, suffix: str) -> bool:
     """Whether ``directory`` holds ``<prefix>.<rank>.<suffix>`` files."""
-    return bool(_scan(Path(directory), suffix))
+    return bool(_scan(Path(directory), suffix, first=True))
 
 
 def rank_files(directory: Path, suffix: str) -> tuple[str, list[Path]]:
     """``(prefix, files in rank order)``; ranks must be 0..N-1."""
     prefix, by_rank = _one_prefix(directory, suffix)
+    return prefix, _in_rank_order(directory, prefix, suffix, by_rank)
+
+
+def _in_rank_order(directory: Path, prefix: str, suffix: str, by_rank: dict[int, Path]) -> list[Path]:
     missing = sorted(set(range(max(by_rank) + 1)) - set(by_rank))
     if missing:
         raise ChakraReadError(f"{prefix}.<rank>.{suffix} missing for rank(s) {missing[:8]}", path=directory)
-    return prefix, [by_rank[r] for r in range(len(by_rank))]
+    return [by_rank[r] for r in range(len(by_rank))]
 
 
 def _one_prefix(directory: Path, suffix: str) -> tuple[str, dict[int, Path]]:
@@ -139,9 +149,8 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _check_world(directory: Path, suffix: str, world: int) -> None:
+def _check_world(directory: Path, prefix: str, suffix: str, by_rank: dict[int, Path], world: int) -> None:
     """The files must be those of ranks 0..world-1, the manifest's world."""
-    prefix, by_rank = _one_prefix(directory, suffix)
     missing = sorted(set(range(world)) - set(by_rank))
     extra = sorted(set(by_rank) - set(range(world)))
     if missing or extra:
@@ -166,15 +175,15 @@ def open_set(directory: Path, suffix: str, decode: Decoder,
     """
     directory = Path(directory)
     part = subset(directory)
+    prefix, by_rank = _one_prefix(directory, suffix)
     if part is None:
         world = manifest_world(directory)
         if world is not None:
-            _check_world(directory, suffix, world)
-        prefix, files = rank_files(directory, suffix)
+            _check_world(directory, prefix, suffix, by_rank, world)
+        files = _in_rank_order(directory, prefix, suffix, by_rank)
         world, ranks = len(files), None
     else:
         world, ranks = part
-        prefix, by_rank = _one_prefix(directory, suffix)
         if set(by_rank) != set(ranks):
             missing = sorted(set(ranks) - set(by_rank))
             extra = sorted(set(by_rank) - set(ranks))
