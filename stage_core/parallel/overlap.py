@@ -166,7 +166,10 @@ def place(nodes: Sequence[ProgramNode], background: dict[int, Background],
         ctrl = {x for d in node.ctrl_deps for x in new_id[d]}
         if is_slot(node) and previous_slot is not None and previous_slot not in data:
             ctrl.add(previous_slot)
-        out.append(dataclasses.replace(node, id=pos, data_deps=data, ctrl_deps=tuple(sorted(ctrl))))
+        ctrl_deps = tuple(sorted(ctrl))
+        if pos != node.id or data != node.data_deps or ctrl_deps != node.ctrl_deps:  # most nodes keep theirs
+            node = dataclasses.replace(node, id=pos, data_deps=data, ctrl_deps=ctrl_deps)
+        out.append(node)
         if is_slot(node):
             previous_slot = pos
     return out, anchors

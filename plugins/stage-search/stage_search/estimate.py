@@ -91,6 +91,7 @@ class _World:
         self.links = replay.Links([{} for _ in programs], [], [], [{} for _ in programs])
         self.durations: list[list[float]] = []
         self._members: dict[tuple[int, str | None], tuple[int, ...]] = {}
+        self._classes: dict[tuple[int, str | None], frozenset] = {}
         instances: dict[tuple, int] = {}
         sends: dict[tuple, list[int]] = {}
         recvs: list[tuple[int, int, tuple]] = []
@@ -103,7 +104,10 @@ class _World:
                     times.append(node.duration_micros * 1000 if node.duration_micros else 1)
                 elif node.type == NodeType.COMM_COLL:
                     members = self.members(p, node.group)
-                    classes = frozenset(int(c) for c in class_of[list(members)])
+                    classes = self._classes.get((p, node.group))
+                    if classes is None:
+                        classes = self._classes[(p, node.group)] = frozenset(
+                            np.unique(class_of[np.asarray(members)]).tolist())
                     k = seen.get(node.group, 0)
                     seen[node.group] = k + 1
                     # a group inside the class meets only itself; one across classes, the

@@ -187,9 +187,14 @@ def _group(out: FastResult, plans, idx, costs, layers, hw, pp, vp, m, order, cap
 
 
 def _gathered(net: Network, plan: Plan, params: int, dpcp: int) -> float:
-    """The gather of the parameters outside the layers of a chunk (the embedding, the head):
-    the chunk's first collective in both its forward and its backward, nothing to hide it."""
-    return net.collective_ns("all_gather", -(-params // dpcp), _dp_group(plan)) if params > 0 else 0.0
+    """The gather of ``params`` bytes over dp x cp (ZeRO-3), in the open."""
+    if params <= 0:
+        return 0.0
+    key = (net, "gather", _mesh_key(plan), params)
+    got = _MOVES.get(key)
+    if got is None:
+        got = _MOVES[key] = net.collective_ns("all_gather", -(-params // dpcp), _dp_group(plan))
+    return got
 
 
 def _layer_gathered(net: Network, hw: HardwareSpec, plan: Plan, c: LayerCosts, dpcp: int) -> np.ndarray:
@@ -298,7 +303,10 @@ class Shape:
     of each stage, every step after its stage's previous one and after the step it waits
     for, so that a round is evaluated for all its stages (and plans) at once."""
 
-    rounds: tuple[tuple[np.ndarray, ...], ...]  # per round: stage, column, step id, dependency id, remote, sends
+    #: per round: stages, columns, step ids, (every step waits for another, some do), the
+    #: steps they wait for, 1 where a message comes between, -inf where nothing is waited
+    #: for, and which of the round's steps send
+    rounds: list[tuple]
     steps: int
 
 
@@ -338,7 +346,11 @@ def _shape(order, pp: int, m: int, vp: int) -> Shape:
     column = np.where(kind, chunks + g, g).ravel()
     order_ = np.argsort(rnd, kind="stable")
     cuts = np.flatnonzero(np.diff(rnd[order_])) + 1
-    rounds = tuple((stage[i], column[i], i, dep[i], remote[i], sends[i]) for i in np.split(order_, cuts))
+    rounds = []
+    for i in np.split(order_, cuts):
+        waits = dep[i] >= 0
+        rounds.append((stage[i], column[i], i, waits.all(), waits.any(), np.maximum(dep[i], 0),
+                       np.where(waits, remote[i], 0.0), np.where(waits, 0.0, -np.inf), np.flatnonzero(sends[i])))
     return Shape(rounds, pp * K)
 
 
@@ -361,17 +373,16 @@ def _pipeline(shape: Shape, F, B, send, fg, pp):
     slot = np.zeros((P, pp))  # the communication slot of each stage, after its last send
     fgf = fg.astype(float)[:, None]
     sendc = send[:, None]
-    for stage, column, ident, dep, remote, sends in shape.rounds:
+    for stage, column, ident, every, some, dep, remote, none, sends in shape.rounds:
         ready = free[:, stage]
-        has = dep >= 0
-        if has.any():
-            arrive = np.where(has, end[:, np.maximum(dep, 0)] + sendc * remote, 0.0)
-            ready = np.maximum(ready, arrive)
-        start = np.maximum(ready, slot[:, stage] * fgf)
-        finish = start + dur[:, column]
+        if some:
+            arrive = end[:, dep] + sendc * remote
+            ready = np.maximum(ready, arrive if every else arrive + none)
+        finish = np.maximum(ready, slot[:, stage] * fgf) + dur[:, column]
         end[:, ident] = finish
         free[:, stage] = finish
-        slot[:, stage] = np.where(sends, finish + sendc, slot[:, stage])
+        if len(sends):
+            slot[:, stage[sends]] = finish[:, sends] + sendc
     return free
 
 

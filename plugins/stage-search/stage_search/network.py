@@ -165,8 +165,9 @@ def _ring_chunks(net: Network, kind: str, chunk: int, dims: Sequence[Dimension],
     n = len(dims)
     steps, msg, reduced = _ring_plan(kind, chunk, n)
     reduce = net.reduce_ns(msg)
-    wire = [d.message_ns(msg) for d in dims]
-    if len(set(wire)) == 1:  # every hop alike: all members move in step
+    times = {d: d.message_ns(msg) for d in set(dims)}
+    wire = [times[d] for d in dims]
+    if len(times) == 1:  # every hop alike: all members move in step
         per = steps * (ENDPOINT_DELAY_NS + wire[0]) + ENDPOINT_DELAY_NS + reduced * reduce
         return chunks * per
     start = [0] * n

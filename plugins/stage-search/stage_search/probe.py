@@ -40,7 +40,7 @@ from stage_core.records import HardwareSpec
 from stage_core.trace import NodeType
 from stage_core.validate import replay
 
-from .estimate import _World, program_of
+from .estimate import _KIND, _World
 from .network import Network
 
 #: the plan fields that make a layer key
@@ -210,25 +210,27 @@ def _alone(nodes, positions: list[int], durations: list[float]) -> float:
     if not positions:
         return 0.0
     where = {p: i for i, p in enumerate(positions)}
-    sub = []
-    for p in positions:
-        node = nodes[p]
-        sub.append(node.__class__(len(sub), node.name, node.type,
-                                  tuple(where[d] for d in node.data_deps if d in where),
-                                  tuple(where[d] for d in node.ctrl_deps if d in where),
-                                  comm_type=node.comm_type, comm_size=node.comm_size, group=node.group,
-                                  peer=node.peer, tag=node.tag))
-    program = program_of(sub)
+    kinds = bytes(_KIND[nodes[p].type] for p in positions)
+    deps = tuple(tuple(dict.fromkeys(where[d] for d in (*nodes[p].data_deps, *nodes[p].ctrl_deps) if d in where))
+                 for p in positions)
+    users: list[list[int]] = [[] for _ in positions]
+    for i, mine in enumerate(deps):
+        for d in mine:
+            users[d].append(i)
+    ids = tuple(range(len(positions)))
+    program = replay.Program(ids, (), kinds, deps, tuple(map(tuple, users)), {}, {}, True, ())
     links = replay.Links([{}], [], [], [{}])
     sends: dict[tuple, list[int]] = {}
-    for i, node in enumerate(sub):
+    for i, p in enumerate(positions):
+        node = nodes[p]
         if node.type == NodeType.COMM_COLL:  # a collective inside the class meets only itself
             links.rendezvous[0][i] = len(links.members)
             links.members.append(((0, i),))
             links.complete.append(True)
         elif node.type == NodeType.COMM_SEND:  # a ring inside the class (context parallel)
             sends.setdefault((node.tag, node.comm_size), []).append(i)
-    for i, node in enumerate(sub):
+    for i, p in enumerate(positions):
+        node = nodes[p]
         if node.type == NodeType.COMM_RECV:
             mine = sends.get((node.tag, node.comm_size))
             links.sender[0][i] = (0, mine.pop(0)) if mine else None
