@@ -103,3 +103,20 @@ def test_a_search_with_no_plan_that_fits_says_why(host, capsys):
             "--recompute", "none", "--zero", "0", "--no-simulate"]
     assert main(args, host=host) == 2
     assert "no plan fits in 1 GiB per GPU" in capsys.readouterr().err
+
+
+def test_a_decode_search_ranks_serving_plans_by_the_replay(host, capsys):
+    args = ["search", "--model", MODEL, "--set", "layers=4", "--gpus", "8", "--gpu", "h100", "--task", "decode",
+            "--seq-len", "2048", "--global-batch", "16", "--no-simulate", "--json"]
+    assert main(args, host=host) == 0
+    table = json.loads(capsys.readouterr().out)
+    plans = table["plans"]
+    assert table["task"] == "decode" and len(plans) == table["valid"] - table["do_not_fit"] > 3
+    steps = [p["step_time_s"] for p in plans]
+    assert steps == sorted(steps)
+    # each row is what stage estimate says of its flags, and serves 16 tokens per step
+    best = plans[0]
+    assert main(["estimate", "--model", MODEL, "--set", "layers=4", "--gpu", "h100", *best["plan"], "--json"],
+                host=host) == 0
+    assert json.loads(capsys.readouterr().out)["step_time_s"] == best["step_time_s"]
+    assert best["tokens_per_s"] == pytest.approx(16 / best["step_time_s"])

@@ -33,7 +33,7 @@ from stage_core.plugins import PluginHost
 from . import probe
 from .estimate import estimate_job
 from .fast import estimate_plans
-from .space import Constraints, enumerate_plans
+from .space import Constraints, enumerate_decode, enumerate_plans
 
 HELP = "the best parallel plans for a model on N GPUs: enumerated, estimated, the best simulated"
 DEFAULT_GPU = "h100"
@@ -51,7 +51,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--global-batch", type=int, metavar="B",
                    help="sequences per step (default: a published plan's for this model and GPU count, else N)")
     p.add_argument("--seq-len", type=int, metavar="S", help="tokens per sequence (default: the model's)")
-    p.add_argument("--task", choices=("train",), default="train", help="what the plans run (train)")
+    p.add_argument("--task", choices=("train", "decode"), default="train",
+                   help="what the plans run: train (--global-batch sequences of --seq-len tokens) or decode "
+                        "(one new token for each of --global-batch requests attending to --seq-len tokens; every "
+                        "plan estimated by the replay)")
     g = p.add_argument_group("constraints (narrow the space)")
     for name in ("tp", "cp", "pp", "ep"):
         g.add_argument(f"--{name}", type=int, metavar="N", help=f"only plans with this {name} degree")
@@ -105,16 +108,18 @@ def plan_flags(plan: Plan) -> list[str]:
             out += [flag, str(value)]
     if plan.sp:
         out.append("--sp")
+    train = plan.task == "train"
     for name, flag in (("zero", "--zero"), ("recompute", "--recompute"), ("schedule", "--schedule"),
                        ("virtual_stages", "--virtual-stages"), ("cp_comm", "--cp-comm"), ("order", "--order")):
-        if getattr(plan, name) != getattr(base, name) or name in ("zero", "recompute", "schedule"):
+        if getattr(plan, name) != getattr(base, name) or (train and name in ("zero", "recompute", "schedule")):
             out += [flag, str(getattr(plan, name))]
     if plan.stage_layers is not None:
         out += ["--stage-layers", plan.stage_layers if isinstance(plan.stage_layers, str)
                 else ",".join(map(str, plan.stage_layers))]
-    out += ["--micro-batch-size", str(plan.micro_batch_size), "--micro-batches", str(plan.micro_batches),
-            "--seq-len", str(plan.seq_len)]
-    return out
+    out += ["--micro-batch-size", str(plan.micro_batch_size), "--micro-batches", str(plan.micro_batches)]
+    if train:
+        return out + ["--seq-len", str(plan.seq_len)]
+    return out + ["--task", plan.task, "--context-len", str(plan.context_len)]
 
 
 def plan_text(plan: Plan) -> str:
@@ -122,6 +127,9 @@ def plan_text(plan: Plan) -> str:
     parts += [f"pp{plan.pp}", f"dp{plan.dp}"]
     if plan.virtual_stages > 1:
         parts.append(f"v{plan.virtual_stages}")
+    if plan.task != "train":
+        parts += [f"{plan.micro_batches}x{plan.micro_batch_size} requests"]
+        return " ".join(parts)
     parts += [f"mbs{plan.micro_batch_size}", f"z{plan.zero}", {"none": "-", "selective": "rc-sel",
                                                              "full": "rc-full"}[plan.recompute]]
     if plan.schedule == "gpipe":
@@ -181,6 +189,9 @@ def search(host: PluginHost, args, err=None) -> dict:
 
     constraints = Constraints(tp=args.tp, cp=args.cp, pp=args.pp, ep=args.ep, max_pp=args.max_pp,
                               micro_batch_size=args.micro_batch_size, zero=args.zero, recompute=args.recompute)
+    if args.task == "decode":
+        return _search_decode(host, args, overrides, config, hw, capacity, seq, batch, layers, experts, constraints,
+                              validate, say, t0)
     space = enumerate_plans(args.gpus, batch, seq, layers, gpus_per_node=hw.gpus_per_node, experts=experts,
                             constraints=constraints, validate=validate)
     t_enum = time.perf_counter()
@@ -250,6 +261,51 @@ def search(host: PluginHost, args, err=None) -> dict:
     if ref_entry is not None:
         data["compare"] = {"name": reference.name, "rank": _rank(ranked, ref_entry), **ref_entry.to_dict()}
     return {"json": data, "text": text, "entries": ranked, "title": title}
+
+
+def _search_decode(host, args, overrides, config, hw, capacity, context, requests, layers, experts, constraints,
+                   validate, say, t0) -> dict:
+    """Decode: few plans, each estimated by the replay (no layer measurement)."""
+    if args.compare:
+        raise UsageError("--compare ranks a named training plan; it needs --task train")
+    space = enumerate_decode(args.gpus, requests, context, layers, gpus_per_node=hw.gpus_per_node, experts=experts,
+                             constraints=constraints, validate=validate)
+    say(f"{config.name} decoding {requests} requests of {context} tokens on {args.gpus:,} x {hw.name}: "
+        f"{space.enumerated:,} plans enumerated, {len(space.plans):,} valid")
+    for reason, count in sorted(space.refused.items(), key=lambda kv: -kv[1]):
+        say(f"  {count:,} refused: {reason}")
+    peak = hw.gpu.peak_flops("bf16")
+    entries, over = [], 0
+    for plan in space.plans:
+        result = plan_job(host, args.model, overrides, plan, hw)
+        classes = result.manifest["rank_classes"]
+        memory = max(rc["memory_bytes"]["total"] for rc in classes)
+        if memory > capacity:
+            over += 1
+            continue
+        est = estimate_job(result.job, hw)
+        model = sum(rc["flops"]["model"] * len(rc["ranks"]) for rc in classes) / result.job.world_size
+        busiest = max(range(len(est.classes)), key=lambda i: est.classes[i].compute_ns)
+        e = Entry(plan, est.step_time_s, memory, model / est.step_time_s / peak,
+                  est.classes[busiest].exposed_comm_ns * 1e-9, step_time_s=est.step_time_s)
+        entries.append(e)
+    t_est = time.perf_counter()
+    say(f"estimated {len(space.plans):,} plans with the replay in {t_est - t0:.1f} s"
+        + (f"; {over:,} do not fit in {capacity / 2**30:,.0f} GiB per GPU (weights, KV cache and working set)"
+           if over else ""))
+    if not entries:
+        raise UsageError(f"no plan fits in {capacity / 2**30:,.0f} GiB per GPU; raise --gpus or --gpu-memory, "
+                         f"or lower --global-batch")
+    ranked = sorted(entries, key=lambda e: e.step_time_s)
+    top = ranked[:args.top]
+    simulated = _simulate(host, args, top, hw, say)
+    title = (f"{config.name} decoding on {args.gpus:,} {hw.name}: {requests} requests x {context} tokens of context "
+             f"(step: one new token for every request)")
+    data = {"model": config.name, "task": "decode", "gpus": args.gpus, "gpu": hw.name, "gpu_memory_bytes": capacity,
+            "requests": requests, "context_len": context, "enumerated": space.enumerated, "valid": len(space.plans),
+            "refused": space.refused, "do_not_fit": over, "simulator": simulated,
+            "plans": [{**e.to_dict(), "tokens_per_s": requests / e.step_time_s} for e in ranked]}
+    return {"json": data, "text": _table(top, None, ranked, title, simulated), "entries": ranked, "title": title}
 
 
 @dataclass

@@ -146,3 +146,43 @@ def _check(plan: Plan, validate) -> str:
 def _reason(text: str) -> str:
     """A refusal without the plan's own numbers, so that plans refused alike count together."""
     return "".join("N" if ch.isdigit() else ch for ch in text).replace("NN", "N").replace("NN", "N")
+
+
+def enumerate_decode(world: int, requests: int, context: int, layers: int, *, gpus_per_node: int,
+                     experts: int = 0, constraints: Constraints | None = None, validate=None) -> Space:
+    """Decode plans on ``world`` GPUs serving ``requests`` requests of ``context`` tokens:
+    tp, pp, ep (MoE), dp the rest; each replica's requests in one micro-batch or in pp of
+    them (one per stage in flight).  No ZeRO, recompute, sequence or context parallel:
+    decode has no backward and one token per request."""
+    c = constraints or Constraints()
+    space = Space([])
+
+    def refuse(reason: str) -> None:
+        space.refused[reason] = space.refused.get(reason, 0) + 1
+
+    for tp in ((c.tp,) if c.tp else [t for t in TP if t <= gpus_per_node]):
+        if world % tp:
+            continue
+        rest = world // tp
+        for pp in ((c.pp,) if c.pp else [p for p in divisors(rest) if p <= min(layers, c.max_pp or layers)]):
+            if rest % pp:
+                continue
+            dp = rest // pp
+            if requests % dp:
+                refuse("the requests must divide over the data-parallel replicas")
+                continue
+            per = requests // dp
+            eps = [1] if not experts else [e for e in divisors(experts) if dp % e == 0]
+            for ep in ((c.ep,) if c.ep else eps):
+                for m in sorted({1, pp}):
+                    if per % m:
+                        refuse("a replica's requests must divide over the micro-batches")
+                        continue
+                    plan = Plan(tp=tp, pp=pp, dp=dp, ep=ep, task="decode", context_len=context,
+                                micro_batch_size=per // m, micro_batches=m, stage_layers=stage_layers(layers, pp))
+                    reasons = _check(plan, validate)
+                    if reasons:
+                        refuse(reasons)
+                    else:
+                        space.plans.append(plan)
+    return space
