@@ -39,6 +39,7 @@ from functools import lru_cache
 import numpy as np
 
 from stage_core import hardware
+from stage_core.ir.tensor import DTYPE_BYTES
 from stage_core.parallel.mesh import Mesh
 from stage_core.parallel.overlap import MIN_PIECE_BYTES, WINDOW_USE
 from stage_core.parallel.plan import Plan
@@ -48,8 +49,6 @@ from .network import Network
 from .probe import LayerCosts, layer_key
 from .space import stage_layers
 
-#: bytes of a gradient element (Plan.grad_dtype)
-GRAD_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 
 @dataclass
@@ -286,8 +285,8 @@ def _dp_reduce(net: Network, plan: Plan, elements: float) -> tuple[float, float]
     key = (net, kind, _mesh_key(plan), plan.grad_dtype, int(elements))
     got = _MOVES.get(key)
     if got is None:
-        nbytes = elements * GRAD_BYTES[plan.grad_dtype]
-        bucket = max(40_000_000, 1_000_000 * plan.dp) * GRAD_BYTES[plan.grad_dtype]
+        nbytes = elements * DTYPE_BYTES[plan.grad_dtype]
+        bucket = max(40_000_000, 1_000_000 * plan.dp) * DTYPE_BYTES[plan.grad_dtype]
         total = _bucketed(net, kind, plan, nbytes)
         last = net.collective_ns(kind, int(min(bucket, nbytes)), _dp_group(plan))
         got = _MOVES[key] = (float(total), float(last))

@@ -33,6 +33,7 @@ from typing import Mapping
 
 from stage_core.api import plan_job
 from stage_core.errors import UsageError
+from stage_core.ir.tensor import DTYPE_BYTES
 from stage_core.parallel.lower import Timing
 from stage_core.parallel.mesh import Mesh
 from stage_core.parallel.plan import Plan
@@ -125,12 +126,7 @@ def measure(host, model: str, overrides: Mapping[str, str], plan: Plan, hw: Hard
 
 
 def _minus(a: Part, b: Part) -> Part:
-    return Part(*(x - y for x, y in zip(_values(a), _values(b))))
-
-
-def _values(p: Part) -> tuple:
-    return (p.fwd_ns, p.bwd_ns, p.fwd_comm_ns, p.bwd_comm_ns, p.params, p.grads, p.optimizer, p.activations, p.adam_ns, p.grad_elements,
-            p.model_flops)
+    return Part(*(x - y for x, y in zip(dataclasses.astuple(a), dataclasses.astuple(b))))
 
 
 def _stage_parts(host, model, overrides, probe: Plan, hw: HardwareSpec):
@@ -142,7 +138,7 @@ def _stage_parts(host, model, overrides, probe: Plan, hw: HardwareSpec):
         raise UsageError(f"cannot measure a layer of {model} with {_key_text(probe)}: {exc}") from None
     world = _World(result.job, Network.of(hw, result.job.world_size))
     mesh = Mesh.from_plan(result.plan)
-    grad_item = {"bf16": 2, "fp16": 2, "fp32": 4}[probe.grad_dtype]
+    grad_item = DTYPE_BYTES[probe.grad_dtype]
     parts, send, foreground = [], 0, False
     for s, (program, report) in enumerate(zip(result.job.programs, result.reports)):
         nodes = program.nodes

@@ -33,7 +33,7 @@ from stage_core.plugins import PluginHost
 from . import probe
 from .estimate import estimate_job
 from .fast import estimate_plans
-from .space import Constraints, enumerate_decode, enumerate_plans
+from .space import Constraints, balanced, enumerate_decode, enumerate_plans
 
 HELP = "the best parallel plans for a model on N GPUs: enumerated, estimated, the best simulated"
 DEFAULT_GPU = "h100"
@@ -326,12 +326,9 @@ def _reference(host, args) -> _Reference | None:
     _, _, plan, _ = plan_from_args(ns, host)
     if plan.world_size != args.gpus:
         raise UsageError(f"--compare {args.compare}: runs on {plan.world_size:,} GPUs, not --gpus {args.gpus:,}")
-    if plan.stage_layers == "auto":
-        from .space import stage_layers
-
-        model = spec.settings.get("model", args.model)
-        _, config = resolve_model(host, model, {})
-        plan = plan.replace(stage_layers=stage_layers(config.layers, plan.pp * plan.virtual_stages))
+    if plan.stage_layers == "auto":  # the split the pp strategy makes, for the fast estimate
+        _, config = resolve_model(host, spec.settings.get("model", args.model), {})
+        plan = plan.replace(stage_layers=balanced(config.layers, plan.pp * plan.virtual_stages))
     return _Reference(spec.name, plan, getattr(ns, "gpu", None))
 
 
