@@ -238,8 +238,18 @@ def test_a_read_only_folder(host, capsys, tmp_path):
         locked.chmod(0o700)
 
 
+@pytest.fixture
+def ctrl_c_interrupts():
+    """SIGINT raises KeyboardInterrupt, as Ctrl-C does in a terminal.  A shell without job
+    control starts a background job (a CI script's ``cmd &``) with SIGINT ignored, and
+    Python then leaves it ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
-def test_a_signal_during_the_write_leaves_nothing_behind(capsys, tmp_path, signum):
+def test_a_signal_during_the_write_leaves_nothing_behind(capsys, tmp_path, ctrl_c_interrupts, signum):
     out = tmp_path / "out"
     assert generate(host_with(), capsys, out)[0] == 0
     before = snapshot(tmp_path)
