@@ -38,7 +38,10 @@ from .space import Constraints, balanced, enumerate_decode, enumerate_plans
 HELP = "the best parallel plans for a model on N GPUs: enumerated, estimated, the best simulated"
 DEFAULT_GPU = "h100"
 #: the largest set (nodes, all ranks) simulated by default
-SIMULATE_MAX_NODES = 20_000_000
+#: ASTRA-sim's analytical backend runs some 2,000-4,000 nodes per second on one core and
+#: holds about 1 KB per node: a million nodes is minutes and about a gigabyte (a GPT-3
+#: 175B plan of 1,024 ranks, 15 M nodes, held 16.7 GB after 11 minutes unfinished)
+SIMULATE_MAX_NODES = 1_000_000
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -70,7 +73,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-simulate", action="store_true", help="do not run the simulator")
     g.add_argument("--simulator", default="astrasim", help="simulator of the stage_simulators hook (default astrasim)")
     g.add_argument("--simulate-max-nodes", type=int, default=SIMULATE_MAX_NODES, metavar="N",
-                   help=f"simulate a set of at most N nodes, all ranks (default {SIMULATE_MAX_NODES:,})")
+                   help=f"simulate a set of at most N nodes, all ranks (default {SIMULATE_MAX_NODES:,}: "
+                        "minutes and about 1 GB in ASTRA-sim's analytical backend)")
     g.add_argument("--json", action="store_true", help="print the full table as JSON")
     g.add_argument("--plot", metavar="FILE.png", help="step time against memory, the Pareto front marked "
                                                       "(pip install 'stage-search[plot]')")
@@ -386,7 +390,7 @@ def _simulate(host, args, entries: list[Entry], hw, say) -> dict:
     for e in entries:
         nodes = _set_nodes(host, args, e.plan, hw)
         if nodes > args.simulate_max_nodes:
-            e.notes.append(f"not simulated: {nodes:,} nodes > --simulate-max-nodes")
+            e.notes.append(f"not simulated: {nodes:,} nodes > --simulate-max-nodes {args.simulate_max_nodes:,}")
             continue
         tmp = Path(tempfile.mkdtemp(prefix="stage-search-"))
         try:
