@@ -30,7 +30,7 @@ from stage_search.estimate import estimate_job
 from stage_search.search import plan_text
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from bench_estimate import spearman  # noqa: E402
+from bench_estimate import astrasim_or_none, spearman  # noqa: E402
 
 
 def scaled(flags: list[str], scale: int) -> list[str]:
@@ -58,10 +58,8 @@ def main(argv=None) -> int:
         entries.append((f"{table['compare']['name']} (#{table['compare']['rank']})", table["compare"]))
     host = PluginHost()
     hw = hardware.resolve(host, args.gpu)
-    simulator = host.simulator("astrasim")
-    reason = simulator.available()
-    if reason:
-        print(f"cannot run the simulator: {reason}", file=sys.stderr)
+    simulator = astrasim_or_none(host)
+    if simulator is None:
         return 2
     parser = build_parser(host)
     rows = []

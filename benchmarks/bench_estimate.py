@@ -112,16 +112,24 @@ def run_one(host, parser, flags: str, simulator) -> dict:
             "seconds_estimate": estimated, "seconds_simulate": simulated}
 
 
+def astrasim_or_none(host):
+    """The astrasim simulator of the stage_simulators hook, or None (and why, on stderr)."""
+    simulator = host.simulator("astrasim")
+    reason = simulator.available()
+    if reason:
+        print(f"cannot run the simulator: {reason}", file=sys.stderr)
+        return None
+    return simulator
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="comma-separated corpus indices (0-based)")
     ap.add_argument("--json", metavar="FILE", help="write the rows as JSON")
     args = ap.parse_args(argv)
     host = PluginHost()
-    simulator = host.simulator("astrasim")
-    reason = simulator.available()
-    if reason:
-        print(f"cannot run the simulator: {reason}", file=sys.stderr)
+    simulator = astrasim_or_none(host)
+    if simulator is None:
         return 2
     parser = build_parser(host)
     chosen = range(len(CORPUS)) if not args.only else [int(i) for i in args.only.split(",")]

@@ -19,9 +19,11 @@ recompute = ["none", "full"]
 """
 
 
-def test_a_sweep_gives_the_same_table_on_ray_as_on_local_processes(tmp_path):
+def on_both_executors(tmp_path, grid: str) -> list[dict]:
+    """The rows of ``grid`` swept on local processes, which a local Ray instance must
+    reproduce byte for byte."""
     ray = pytest.importorskip("ray", reason="ray is not installed (pip install ./plugins/stage-executor-ray)")
-    (tmp_path / "grid.toml").write_text(GRID)
+    (tmp_path / "grid.toml").write_text(grid)
     run_sweep(tmp_path / "grid.toml", tmp_path / "local.csv", executor="local", workers=2, cache=tmp_path / "a")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
@@ -30,7 +32,11 @@ def test_a_sweep_gives_the_same_table_on_ray_as_on_local_processes(tmp_path):
         ray.shutdown()
     local = (tmp_path / "local.csv").read_text()
     assert (tmp_path / "ray.csv").read_text() == local
-    rows = list(csv.DictReader(local.splitlines()))
+    return list(csv.DictReader(local.splitlines()))
+
+
+def test_a_sweep_gives_the_same_table_on_ray_as_on_local_processes(tmp_path):
+    rows = on_both_executors(tmp_path, GRID)
     assert len(rows) == 108
     ok = [r for r in rows if r["status"] == "ok"]
     assert len(ok) >= 50
@@ -57,17 +63,7 @@ micro-batches = [2, 4]
 
 
 def test_an_estimate_sweep_of_60_plans_gives_the_same_table_on_ray_as_on_local_processes(tmp_path):
-    ray = pytest.importorskip("ray", reason="ray is not installed (pip install ./plugins/stage-executor-ray)")
-    (tmp_path / "grid.toml").write_text(ESTIMATE_GRID)
-    run_sweep(tmp_path / "grid.toml", tmp_path / "local.csv", executor="local", workers=2, cache=tmp_path / "a")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        run_sweep(tmp_path / "grid.toml", tmp_path / "ray.csv", executor="ray", cache=tmp_path / "b")
-    finally:
-        ray.shutdown()
-    local = (tmp_path / "local.csv").read_text()
-    assert (tmp_path / "ray.csv").read_text() == local
-    rows = list(csv.DictReader(local.splitlines()))
+    rows = on_both_executors(tmp_path, ESTIMATE_GRID)
     ok = [r for r in rows if r["status"] == "ok"]
     assert len(rows) == 72 and len(ok) == 60  # ZeRO needs dp above 1
     assert all(r["hardware"] == "h100" and float(r["step_time_s"]) > 0 for r in ok)
