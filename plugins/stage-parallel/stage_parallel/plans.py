@@ -26,7 +26,10 @@ def _llama3(name: str, gpus: str, degrees: dict, seq_len: int, batch_per_dp_grou
         description=(f"Llama 3 405B on {gpus} H100s: {batch_per_dp_group} sequences of {seq_len:,} tokens per DP "
                      f"group (16M tokens per step), DP as FSDP, TP with sequence parallel, 126 layers as 7, 8x14, 7 "
                      f"over 16 stages (the paper's first and last stage one layer short), 1F1B, micro-batch 1"
-                     f"{extra}"))
+                     f"{extra}. Where the paper is not followed: it runs its own interleaved schedule (the number "
+                     f"of virtual stages is not published), and its FSDP does not reshard weights after forward, "
+                     f"where ZeRO-3 here gathers them again for every micro-batch's backward (ZeRO-1 or 2, which "
+                     f"keep the weights, come nearest)"))
 
 
 def builtin_plans() -> list[PlanSpec]:
