@@ -20,7 +20,9 @@ A :class:`Program` is one rank's nodes as the replay needs them; a *process* run
 program, for one rank or for a whole rank class (see :mod:`.quotient`).
 :class:`Links` say which collectives meet and which send feeds which receive.
 :func:`run` replays every process at once as an event loop in which each node takes
-``duration(process, position)`` time units (1 by default: untimed).
+``duration(process, position)`` time units (1 by default: untimed), and each
+collective, if a ``collective`` timing is given, completes on each member when that
+timing says from the moments its members issued it.
 
 Time advances in instants: at each instant every process first takes all of its
 completions of that instant, then issues its ready nodes in ascending id.  The
@@ -55,6 +57,9 @@ KINDS = {NodeType.COMP: COMP, NodeType.COMM_SEND: SEND, NodeType.COMM_RECV: RECV
 Slot = tuple[int, int]
 #: duration(process, position) -> time units; None: every node takes 1
 Duration = Callable[[int, int], float] | None
+#: finish(instance, when each member issued it, in ``Links.members`` order) -> when each
+#: member completes it; None: each member takes its duration from the last issue
+CollectiveFinish = Callable[[int, list[float]], Sequence[float]] | None
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -213,9 +218,12 @@ class Replay:
         return all(self.done[process])
 
 
-def run(programs: Sequence[Program], links: Links, duration: Duration = None, times: bool = False) -> Replay:
+def run(programs: Sequence[Program], links: Links, duration: Duration = None, times: bool = False,
+        collective: CollectiveFinish = None) -> Replay:
     """Replay ``programs`` (one per process) under the simulator's issue rules; with
-    ``times``, record when each node was issued and completed."""
+    ``times``, record when each node was issued and completed; with ``collective``, time
+    each collective from when each of its members issued it (the simulator starts a
+    member's part on its issue, so early members may finish first)."""
     count = len(programs)
     kinds = [p.kinds for p in programs]
     users = [p.users for p in programs]
@@ -231,6 +239,7 @@ def run(programs: Sequence[Program], links: Links, duration: Duration = None, ti
     arrived: dict[Slot, float] = {}  # send slot -> time its data arrives
     posted: dict[Slot, list[Slot]] = {}  # send slot -> receives waiting for it
     met = [0] * len(links.members)  # members of each collective instance issued so far
+    joined: dict[Slot, float] = {}  # collective slot -> when it was issued (with ``collective``)
     rendezvous, members, complete = links.rendezvous, links.members, links.complete
     sender = links.sender
     push = heapq.heappush
@@ -273,10 +282,16 @@ def run(programs: Sequence[Program], links: Links, duration: Duration = None, ti
             if kind == COLL:
                 instance = rendezvous[p][pos]
                 met[instance] += 1
+                if collective is not None:
+                    joined[(p, pos)] = now
                 if met[instance] == len(members[instance]) and complete[instance]:
-                    for q, qpos in members[instance]:
-                        push(events, (now + (1 if duration is None else duration(q, qpos)),
-                                      q, qpos))
+                    group = members[instance]
+                    if collective is None:
+                        ends = [now + (1 if duration is None else duration(q, qpos)) for q, qpos in group]
+                    else:
+                        ends = collective(instance, [joined.pop(slot) for slot in group])
+                    for (q, qpos), end in zip(group, ends):
+                        push(events, (end, q, qpos))
                 continue
             took = 1 if duration is None else duration(p, pos)
             push(events, (now + took, p, pos))

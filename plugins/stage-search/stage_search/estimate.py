@@ -11,12 +11,12 @@ sends and collectives, ready nodes issued in ascending id, receives unlimited), 
   ``Workload::issue_replay`` does);
 * a send taking its message's time on the network (:mod:`.network`), its receive
   completing when the data has arrived;
-* a collective completing, for every member, :meth:`.network.Network.collective_ns`
-  after the last member issued it.
+* a collective completing on each member when its ring does, each member starting
+  when it issued it (:meth:`.network.Network.collective_finish_ns`; when all issue
+  at once, :meth:`.network.Network.collective_ns` after that).
 
-Where the simulator differs: a ring starts on each member when that member issues
-the collective, so a collective whose members arrive at different times finishes a
-little earlier in the simulator than here (the replay starts it at the last arrival).
+A process stands for a rank class: a collective across classes is timed for the
+class's first rank, each member rank starting when its class issued it.
 """
 
 from __future__ import annotations
@@ -137,6 +137,21 @@ class _World:
             mine = sends.get(key, ())
             self.links.sender[p][pos] = (key[0], mine[k]) if k < len(mine) else None
 
+    def collective_finish(self, instance: int, issued: list[float]) -> list[float]:
+        """When each member slot of ``instance`` completes, given when each issued it."""
+        slots = self.links.members[instance]
+        if min(issued) == max(issued):
+            return [issued[0] + self.durations[q][qpos] for q, qpos in slots]
+        at = dict(zip((q for q, _ in slots), issued))  # one slot per class
+        ends = []
+        for q, qpos in slots:
+            node = self.job.programs[q].nodes[qpos]
+            ring = self.members(q, node.group)
+            starts = [at[c] for c in self.class_of[list(ring)].tolist()]
+            finish = self.net.collective_finish_ns(COMM_KEYS[node.comm_type], node.comm_size, ring, starts)
+            ends.append(finish[ring.index(self.first[q])])
+        return ends
+
     def members(self, p: int, group: str | None) -> tuple[int, ...]:
         got = self._members.get((p, group))
         if got is None:
@@ -152,7 +167,8 @@ def estimate_job(job: TraceJob, hw: HardwareSpec) -> Estimate:
     """The step of ``job`` (timed programs, one per rank class) on ``hw``'s network."""
     world = _World(job, Network.of(hw, job.world_size))
     durations = world.durations
-    done = replay.run(world.programs, world.links, lambda p, pos: durations[p][pos], times=True)
+    done = replay.run(world.programs, world.links, lambda p, pos: durations[p][pos], times=True,
+                      collective=world.collective_finish)
     stuck = [i for i, f in enumerate(done.finish) if f is None or not done.complete(i)]
     if stuck:
         raise ValueError(f"rank classes {stuck} never finish in the replay: the programs deadlock")

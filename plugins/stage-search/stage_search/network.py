@@ -35,6 +35,12 @@ collectives, ``benchmarks/bench_collectives.py``):
   all-gather goes from the highest dimension down, the others up.  Each dimension
   works on one chunk at a time; chunks flow through the phases, so a dimension takes
   the phase that has waited longest.
+* Each member starts its ring when it issues the collective, not when the last member
+  does; a message that reaches a member before that member has started is taken when
+  it starts (its receive is posted with its first send).  Members that issued early
+  therefore finish earlier than the late ones (:meth:`Network.collective_finish_ns`;
+  a tied-embedding all-reduce whose members issue 100 us apart finishes 1891 ns apart,
+  as the simulator has it: ``tests/integration/test_estimate_vs_simulator.py``).
 """
 
 from __future__ import annotations
@@ -122,6 +128,35 @@ class Network:
         return _collective_ns(self, kind, size, tuple(members))
 
 
+    def collective_finish_ns(self, kind: str, size: int, members: Sequence[int],
+                             starts: Sequence[float]) -> tuple[float, ...]:
+        """When each member of a collective that member i issued at ``starts[i]`` completes it.
+
+        On a ring (a group, or the world on one dimension) every member starts on its
+        own; the whole world on several dimensions is taken to start at the last issue
+        (its phases are not modelled member by member)."""
+        first = min(starts)
+        rel = tuple(s - first for s in starts)
+        if not any(rel):
+            return (first + self.collective_ns(kind, size, members),) * len(rel)
+        return tuple(first + t for t in _collective_finish(self, kind, size, tuple(members), rel))
+
+
+@lru_cache(maxsize=4096)
+def _collective_finish(net: Network, kind: str, size: int, members: tuple[int, ...],
+                       starts: tuple[float, ...]) -> tuple[float, ...]:
+    if kind not in KINDS:
+        raise ValueError(f"unknown collective {kind!r}; known: {', '.join(KINDS)}")
+    n = len(members)
+    if n < 2:
+        return starts
+    if n == net.world and len(net.dims) > 1:
+        last = max(starts)
+        return (last + _world_ns(net, kind, net.chunk_bytes(kind, size)),) * n
+    dims = [net.dims[i] for i in _hops(net, members)]
+    return tuple(_ring_finish(net, kind, net.chunk_bytes(kind, size), dims, DATASET_SPLITS, starts))
+
+
 @lru_cache(maxsize=4096)
 def _collective_ns(net: Network, kind: str, size: int, members: tuple[int, ...]) -> int:
     if kind not in KINDS:
@@ -161,16 +196,24 @@ def _ring_plan(kind: str, chunk: int, n: int) -> tuple[int, int, int]:
 
 def _ring_chunks(net: Network, kind: str, chunk: int, dims: Sequence[Dimension], chunks: int) -> int:
     """``chunks`` chunks one after the other through a ring whose i-th member sends to
-    the next over ``dims[i]``: when the last member is done."""
+    the next over ``dims[i]``, every member starting at 0: when the last member is done."""
+    steps, msg, reduced = _ring_plan(kind, chunk, len(dims))
+    if len(set(dims)) == 1:  # every hop alike: all members move in step
+        per = steps * (ENDPOINT_DELAY_NS + dims[0].message_ns(msg)) + ENDPOINT_DELAY_NS \
+            + reduced * net.reduce_ns(msg)
+        return chunks * per
+    return max(_ring_finish(net, kind, chunk, dims, chunks, [0] * len(dims)))
+
+
+def _ring_finish(net: Network, kind: str, chunk: int, dims: Sequence[Dimension], chunks: int,
+                 starts: Sequence[float]) -> list[float]:
+    """As :func:`_ring_chunks`, member i starting at ``starts[i]``: when each member is done."""
     n = len(dims)
     steps, msg, reduced = _ring_plan(kind, chunk, n)
     reduce = net.reduce_ns(msg)
     times = {d: d.message_ns(msg) for d in set(dims)}
     wire = [times[d] for d in dims]
-    if len(times) == 1:  # every hop alike: all members move in step
-        per = steps * (ENDPOINT_DELAY_NS + wire[0]) + ENDPOINT_DELAY_NS + reduced * reduce
-        return chunks * per
-    start = [0] * n
+    start = list(starts)
     for _ in range(chunks):
         send = [s + ENDPOINT_DELAY_NS for s in start]  # the first packet passes the memory bus
         got = send
@@ -180,7 +223,7 @@ def _ring_chunks(net: Network, kind: str, chunk: int, dims: Sequence[Dimension],
             extra = ENDPOINT_DELAY_NS + (reduce if k <= reduced else 0)
             send = [g + extra for g in got]
         start = send
-    return max(start)
+    return start
 
 
 def _world_ns(net: Network, kind: str, chunk: int) -> int:
