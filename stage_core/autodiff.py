@@ -351,7 +351,7 @@ def differentiate(forward: Graph, optimizer: OptimizerConfig = OptimizerConfig()
     if forward.loss is None:
         raise ValueError(f"graph {forward.name} has no loss")
     g = Graph(name=forward.name, params=list(forward.params), inputs=list(forward.inputs),
-              loss=forward.loss, dims=dict(forward.dims), meta=dict(forward.meta))
+              loss=forward.loss, dims=dict(forward.dims), meta=dict(forward.meta), registered=dict(forward.registered))
     g.ops = list(forward.ops)
     e = _Emitter(g)
 
@@ -375,7 +375,7 @@ def differentiate(forward: Graph, optimizer: OptimizerConfig = OptimizerConfig()
             out_grads.append(_accumulate(e, t, contributions) if contributions else None)
         if all(x is None for x in out_grads):
             continue
-        rule = RULES.get((op.kind, op.fn)) or RULES.get((op.kind, ""))
+        rule = registered_rule(forward, op) or RULES.get((op.kind, op.fn)) or RULES.get((op.kind, ""))
         if rule is None:
             raise ValueError(f"no VJP rule for op {op.name} (kind {op.kind!r}, kernel {op.fn!r})")
         needs = [t in needs_grad for t in op.inputs]
@@ -583,3 +583,57 @@ def _ssd_scan(e, op, gs, needs):
                 fn="ssd_scan_bwd", flop_terms=terms, byte_terms=nbytes, linear_reduce=["b", "s", "r", "p", "n"],
                 whole=["s"], attrs=dict(op.attrs))
     return [o if need else None for o, need in zip(outs, needs)]
+
+
+# --------------------------------------------------------------------------- registered kernels
+# (stage_core.kernels: a model plugin's own kernels, scoped to its graphs)
+
+
+def registered_rule(graph: Graph, op: Op) -> Rule | None:
+    """The VJP rule of a kernel the graph's model registered (``graph.registered``), else None."""
+    spec = graph.registered.get(op.fn)
+    if spec is None or op.attrs.get("registered") != spec.name:
+        return None
+
+    def rule(e: _Emitter, op: Op, gs, needs):
+        from .kernels import Grads, KernelCall, check_def, resolve_ref
+
+        if spec.backward is None:
+            op.saved = ()
+            return [None] * len(op.inputs)
+        call = KernelCall(op.inputs, op.attrs.get("params", {}), graph.dims)
+        defs = spec.backward(Grads(call, op.outputs, op.spec, tuple(needs), op.attrs))
+        grads: list[Tensor | None] = [None] * len(op.inputs)
+        saved: dict[Tensor, None] = {}
+        for j, d in enumerate(defs):
+            check_def(d, f"{spec.name} (backward kernel {j})", len(d.reads), len(d.grads))
+            if not any(needs[i] for i in d.grads if i < len(needs)):
+                continue  # nobody needs what it computes (a first layer's input gradient)
+            if any(not isinstance(i, int) or not 0 <= i < len(op.inputs) for i in d.grads):
+                from .kernels import KernelError
+
+                raise KernelError(f"kernel {spec.name}: backward kernel {j} writes gradients {list(d.grads)}; the "
+                                  f"kernel has inputs 0..{len(op.inputs) - 1}")
+            reads = [resolve_ref(r, spec.name, op.inputs, op.outputs, gs) for r in d.reads]
+            for r, t in zip(d.reads, reads):
+                if not r.startswith("dy"):
+                    saved[t] = None
+            targets = [op.inputs[i] for i in d.grads]
+            weight = d.weight if d.weight is not None else all(t.role is Role.PARAMETER for t in targets)
+            outs = e.op(spec.kind, d.spec, reads, targets, fn=f"{spec.name}_bwd",
+                        flop_terms=list(d.flops), byte_terms=list(d.bytes or ()), linear_reduce=d.reduce,
+                        whole=d.whole, partial_ok=d.partial_ok, attrs={**d.attrs, "weight_grad": weight},
+                        free_letters=dict(d.free_letters), suffix=f"bwd.{j}",
+                        out_dtypes=[t.dtype for t in targets])
+            for i, t in zip(d.grads, outs):
+                grads[i] = t
+        op.saved = tuple(saved)
+        missing = [i for i, need in enumerate(needs) if need and grads[i] is None]
+        if missing:
+            from .kernels import KernelError
+
+            raise KernelError(f"kernel {spec.name}: its backward gives no gradient of input {missing[0]} "
+                              f"({op.inputs[missing[0]].name})")
+        return grads
+
+    return rule

@@ -18,218 +18,19 @@ from pathlib import Path
 from typing import Sequence
 
 from . import __version__, hardware
-from .bounds import BYTES_PER_NODE, DEFAULT_MAX_NODES
-from .api import (DEFAULT_MODEL, DEFAULT_PLAN, check_output_dir, largest_batch, plan_job, read_trace_set,
-                  write_trace_set)
+from .flow import check_output_dir, largest_batch, plan_job, read_trace_set, write_trace_set
 from .errors import PluginError, StageError, TraceError, UsageError
 from .models import param_counts
-from .parallel.plan import CHOICES, COUNTS, DEFAULT_ORDER, Plan, divisors, flag, parse_stage_layers
+from .parallel.plan import Plan
+from .planning import _Parser, _host_choice_flag, add_gpu_flag, add_plan_flags, plan_from_args
 from .plugins import PluginHost
 from .rankset import parse_ranks, ranks_text
-from .records import PlanSpec
 from .serve import parse_side, plan_serve, side_plans
 from .tasks import SERVE
 
 PROG = "stage"
 #: memory per GPU for the largest inference batch when neither --gpu-memory nor --gpu gives it
 DEFAULT_GPU_MEMORY = 80 * 10**9
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line and exit status 2."""
-
-    def error(self, message: str):  # noqa: D401 - argparse's API
-        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
-
-
-def _count_flag(g, field: str, metavar: str, help: str) -> None:
-    """A flag for a Plan field in ``plan.COUNTS`` (checked by Plan.check_basic)."""
-    assert field in COUNTS, field
-    g.add_argument(flag(field), type=int, metavar=metavar, help=help)
-
-
-def _choice_flag(g, field: str, help: str) -> None:
-    """A flag for a Plan field in ``plan.CHOICES``: --help lists the values Plan.check_basic accepts."""
-    valid = CHOICES[field]
-    g.add_argument(flag(field), type=type(valid[0]), metavar="|".join(map(str, valid)),
-                   help=f"{help} (default {getattr(Plan(), field)})")
-
-
-def _host_choice_flag(g, name: str, valid: Sequence[str], default: str, help: str) -> None:
-    """A flag whose values plugins provide (schedules, trace formats): listed from the host.
-    (Its parsed default is None, as for every plan flag; ``default`` is for --help.)"""
-    g.add_argument(name, metavar="|".join(valid) or "NAME", help=f"{help} (default {default})")
-
-
-def add_plan_flags(p: argparse.ArgumentParser, host: PluginHost | None) -> None:
-    """The model, plan and batch flags of ``stage generate`` and ``report`` (plugin commands
-    that take a plan add them too, and read them back with :func:`plan_from_args`)."""
-    # every default is None: a flag left out takes the --plan's value, else the Plan default
-    g = p.add_argument_group("model")
-    g.add_argument("--model", help=f"a preset name (see `stage models`) or a Hugging Face config.json "
-                                   f"(default: {DEFAULT_MODEL})")
-    g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a field of the model config (repeatable)")
-    g = p.add_argument_group("parallel plan")
-    g.add_argument("--plan", metavar="NAME", help="start from a named plan (see `stage plans`); the flags given "
-                                                  "alongside override its settings")
-    for axis, text in (("dp", "data parallel"), ("tp", "tensor parallel"), ("pp", "pipeline parallel"),
-                       ("cp", "context parallel"), ("ep", "expert parallel (carved out of dp x cp)")):
-        _count_flag(g, axis, "N", f"{text} degree (default 1)")
-    _choice_flag(g, "cp_comm", "context-parallel attention: p2p (ring, as TransformerEngine), all-gather (K and "
-                               "V, as Llama 3) or a2a (sequence <-> heads, as DeepSpeed-Ulysses)")
-    g.add_argument("--etp", type=int, metavar="N", help="expert layers' tensor parallel degree (default: tp)")
-    _choice_flag(g, "moe_dispatcher", "how routed tokens reach their experts: all-to-all of tokens x top-k "
-                                      "rows, or all-gather of the tokens (Megatron's token dispatchers)")
-    g.add_argument("--moe-capacity-factor", type=float, metavar="F",
-                   help="pad every expert to ceil(tokens x top-k x F / experts) rows of each rank's tokens "
-                        "(default: the model's; dropless routing unless it sets one)")
-    g.add_argument("--moe-imbalance", type=float, metavar="F",
-                   help="rows of the busiest expert over its uniform share; every rank is sized as the one "
-                        "holding it (default 1: uniform routing)")
-    g.add_argument("--sp", action=argparse.BooleanOptionalAction, help="Megatron sequence parallel (with --tp)")
-    _choice_flag(g, "zero", "ZeRO stage (3 = FSDP)")
-    _choice_flag(g, "recompute", "activation recompute")
-    schedules = [s.name for s in host.schedules()] if host is not None else []
-    _host_choice_flag(g, "--schedule", schedules, Plan().schedule, "pipeline schedule")
-    _count_flag(g, "virtual_stages", "V", "virtual stages per pipeline rank (default 1)")
-    g.add_argument("--stage-layers", metavar="auto|N,N,...",
-                   help="layers per pipeline stage (pp x virtual-stages counts, in order), or auto: balanced by "
-                        "compute, the embedding and the LM head counted as one layer each (default: an even split)")
-    _choice_flag(g, "grad_dtype", "gradient buffers and their reduction (Megatron keeps fp32 main grads)")
-    _choice_flag(g, "optimizer_dtype", "master weights, momentum and variance")
-    g = p.add_argument_group("task")
-    _choice_flag(g, "task", "train; prefill: the forward pass of the prompts, writing the KV cache; decode: one "
-                            "new token per request reading the KV cache")
-    g.add_argument("--context-len", type=int, metavar="C",
-                   help="decode: tokens each request attends to, its new one included (default: the model's "
-                        "sequence length)")
-    _count_flag(g, "decode_steps", "N", "decode: chain N steps in one trace, the context growing a token a step "
-                                        "(default 1)")
-    g.add_argument("--prefill-ranks", type=int, metavar="P", help="serve: ranks 0..P-1 run prefill")
-    g.add_argument("--decode-ranks", type=int, metavar="D", help="serve: the next D ranks run decode")
-    g.add_argument("--prefill-plan", metavar="KEY=VALUE,...",
-                   help="serve: the prefill side's own tp, pp, dp, cp, cp-comm, ep, etp, moe-dispatcher, "
-                        "micro-batch-size, micro-batches over the main flags (dp: its ranks over tp x cp x pp by "
-                        "default)")
-    g.add_argument("--decode-plan", metavar="KEY=VALUE,...",
-                   help="serve: the decode side's own settings, as --prefill-plan (no cp)")
-    g = p.add_argument_group("batch")
-    g.add_argument("--seq-len", type=int, metavar="S", help="tokens per sequence (default: the model's)")
-    _count_flag(g, "micro_batch_size", "b", "sequences per micro-batch (default 1)")
-    _count_flag(g, "micro_batches", "m", "micro-batches per step (gradient accumulation; default 1)")
-    g.add_argument("--global-batch", type=int, metavar="B",
-                   help="sequences per step; sets micro-batches to B / (dp x micro-batch-size)")
-    g.add_argument("--order", help=f"rank order, fastest first (default {DEFAULT_ORDER})")
-    g = p.add_argument_group("limits")
-    g.add_argument("--max-nodes", type=int, default=DEFAULT_MAX_NODES, metavar="N",
-                   help=f"refuse a trace set of more nodes, all ranks together (default {DEFAULT_MAX_NODES:,}, "
-                        f"about {DEFAULT_MAX_NODES * BYTES_PER_NODE // 10**9} GB as Chakra ET)")
-
-
-def _listed(values: Sequence[int], most: int = 12) -> str:
-    return ", ".join(map(str, values[:most])) + (", ..." if len(values) > most else "")
-
-
-def _overrides(pairs: Sequence[str]) -> dict[str, str]:
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--set {pair}: expected KEY=VALUE, e.g. --set layers=4")
-        out[key.strip()] = value.strip()
-    return out
-
-
-#: parsed keys that are not plan settings (a plan may name its hardware: --gpu)
-_NOT_PLAN = ("command", "run", "json", "plan", "gpu_memory", "prefill_ranks", "decode_ranks", "prefill_plan",
-             "decode_plan")
-
-
-def with_plan_preset(args, spec: PlanSpec):
-    """``args`` with the settings of the named plan ``spec`` filled in where no flag was given.
-
-    A batch given either way (--micro-batches or --global-batch) replaces the plan's
-    batch; --set pairs add to the plan's."""
-    try:
-        preset = build_parser(None).parse_args(["report", *spec.flags()])
-    except UsageError as exc:
-        raise PluginError(f"plan {spec.name!r} of plugin {spec.plugin!r} has a bad setting: {exc}") from None
-    merged = argparse.Namespace(**vars(args))
-    merged.plan, merged.plan_name = None, spec.name  # applied
-    batch_given = args.micro_batches is not None or args.global_batch is not None
-    for key, value in vars(preset).items():
-        if key in _NOT_PLAN or value is None:
-            continue
-        if key == "set":
-            merged.set = list(value) + list(args.set)
-        elif key in ("micro_batches", "global_batch") and batch_given:
-            continue
-        elif getattr(args, key, None) is None:
-            setattr(merged, key, value)
-    return merged
-
-
-def with_named_plan(args, host: PluginHost | None = None):
-    """``args`` with the --plan it names applied (itself when it names none)."""
-    if not getattr(args, "plan", None):
-        return args
-    return with_plan_preset(args, (host or PluginHost()).plan(args.plan))
-
-
-def plan_from_args(args, host: PluginHost | None = None) -> tuple[str, dict[str, str], Plan, bool]:
-    """(model, overrides, plan, used_default) from parsed flags (and the --plan they name)."""
-    degrees_given = any(getattr(args, a) is not None for a in ("dp", "tp", "pp", "cp", "ep", "etp"))
-    used_default = (args.model is None and not degrees_given and not args.set and not args.plan
-                    and not getattr(args, "plan_name", None))
-    args = with_named_plan(args, host)
-    model = DEFAULT_MODEL if args.model is None else args.model
-    if not model.strip():
-        raise UsageError(f"--model {model!r}: empty; give a preset name (see `stage models`) or a config.json path")
-    base = DEFAULT_PLAN if used_default else Plan()
-
-    def given(name: str):
-        value = getattr(args, name)
-        return getattr(base, name) if value is None else value
-
-    dp, micro_batch_size = given("dp"), given("micro_batch_size")
-    micro_batches = args.micro_batches
-    if args.global_batch is not None:
-        if args.global_batch < 1:
-            raise UsageError(f"--global-batch {args.global_batch}: must be a positive integer")
-        per_step = dp * micro_batch_size if dp > 0 and micro_batch_size > 0 else 0
-        if per_step <= 0:
-            pass  # Plan.check_basic names the bad degree
-        elif args.global_batch % micro_batch_size:
-            raise UsageError(
-                f"--micro-batch-size {micro_batch_size} must divide the global batch {args.global_batch}; "
-                f"valid --micro-batch-size: {_listed(divisors(args.global_batch))}"
-            )
-        elif args.global_batch % per_step:
-            raise UsageError(
-                f"--dp {dp}: dp x micro-batch-size ({per_step}) must divide the global batch {args.global_batch}; "
-                f"valid --dp: {_listed(divisors(args.global_batch // micro_batch_size))}"
-            )
-        else:
-            derived = args.global_batch // per_step
-            if micro_batches is not None and micro_batches != derived:
-                raise UsageError(
-                    f"--micro-batches {micro_batches} contradicts --global-batch {args.global_batch} "
-                    f"(which gives {derived} with dp {dp} and micro-batch size {micro_batch_size})"
-                )
-            micro_batches = derived
-    plan = Plan(
-        dp=dp, tp=given("tp"), pp=given("pp"), cp=given("cp"), ep=given("ep"), cp_comm=given("cp_comm"),
-        etp=given("etp"), moe_dispatcher=given("moe_dispatcher"), moe_capacity_factor=given("moe_capacity_factor"),
-        moe_imbalance=given("moe_imbalance"), sp=given("sp"), zero=given("zero"),
-        recompute=given("recompute"), schedule=given("schedule"), virtual_stages=given("virtual_stages"),
-        seq_len=args.seq_len, micro_batch_size=micro_batch_size,
-        micro_batches=base.micro_batches if micro_batches is None else micro_batches, order=given("order"),
-        grad_dtype=given("grad_dtype"), optimizer_dtype=given("optimizer_dtype"),
-        stage_layers=None if args.stage_layers is None else parse_stage_layers(args.stage_layers),
-        task=given("task"), context_len=args.context_len, decode_steps=given("decode_steps"),
-    )
-    return model, _overrides(args.set), plan, used_default
 
 
 # --------------------------------------------------------------------------- commands
@@ -255,15 +56,8 @@ def _ranks_text(ranks: Sequence[int]) -> str:
     return ",".join(map(str, ranks[:8])) + ("..." if len(ranks) > 8 else "")
 
 
-def add_gpu_flag(p: argparse.ArgumentParser, host: PluginHost | None) -> None:
-    presets = [h.name for h in host.hardware()] if host is not None else []
-    p.add_argument("--gpu", metavar="|".join([*presets, "FILE"]),
-                   help="time every kernel on this GPU: a hardware preset or a hardware file (`stage calibrate` "
-                        "writes one); each compute node gets its duration (default: untimed)")
-
-
-def _gpu(host: PluginHost, args):
-    return hardware.resolve(host, args.gpu) if args.gpu else None
+def _gpu(host: PluginHost, name: str | None):
+    return hardware.resolve(host, name) if name else None
 
 
 def _max_nodes(args) -> int:
@@ -273,19 +67,19 @@ def _max_nodes(args) -> int:
 
 
 def cmd_generate(host: PluginHost, args) -> int:
-    args = with_named_plan(args, host)
-    model, overrides, plan, used_default = plan_from_args(args, host)
+    req = plan_from_args(args, host)
+    plan = req.plan
     check_output_dir(args.output)  # before any work
     out = Path(args.output)
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers {args.workers}: must be a positive integer (processes writing files)")
     world = plan.world_size
-    if plan.task == SERVE and args.prefill_ranks and args.decode_ranks:
-        world = args.prefill_ranks + args.decode_ranks
+    if plan.task == SERVE and req.serve["prefill-ranks"] and req.serve["decode-ranks"]:
+        world = req.serve["prefill-ranks"] + req.serve["decode-ranks"]
     ranks = None if args.ranks is None else parse_ranks(args.ranks, world)
-    gpu = _gpu(host, args)
+    gpu = _gpu(host, req.gpu)
     start = time.perf_counter()
-    result = _plan_task(host, args, model, overrides, plan, gpu, max_nodes=_max_nodes(args))
+    result = _plan_task(host, req, gpu, max_nodes=_max_nodes(args))
     world = result.job.world_size
     write_trace_set(host, result, args.output, args.format, validate=not args.no_validate, ranks=ranks,
                     workers=args.workers, progress=None if args.quiet else progress_bar)
@@ -300,7 +94,7 @@ def cmd_generate(host: PluginHost, args) -> int:
         P = result.prefill.job.world_size
         what = (f"{result.config.name}, serve: prefill ranks 0-{P - 1} {_plan_text(result.prefill.plan)}, "
                 f"decode ranks {P}-{world - 1} {_plan_text(result.decode.plan)}")
-    if used_default:
+    if req.used_default:
         what += " (the default job)"
     check = "" if args.no_validate else ", validated"
     count = f"{world} traces" if ranks is None else f"{written} of {world} traces (ranks {ranks_text(ranks)})"
@@ -371,18 +165,18 @@ def _step_text(plan: Plan) -> str:
 
 
 def cmd_report(host: PluginHost, args) -> int:
-    args = with_named_plan(args, host)
-    model, overrides, plan, _ = plan_from_args(args, host)
-    gpu = _gpu(host, args)
+    req = plan_from_args(args, host)
+    plan = req.plan
+    gpu = _gpu(host, req.gpu)
     gpu_memory = _gpu_memory(args, gpu)
-    result = _plan_task(host, args, model, overrides, plan, gpu, max_nodes=_max_nodes(args), programs=False)
+    result = _plan_task(host, req, gpu, max_nodes=_max_nodes(args), programs=False)
     if plan.task == SERVE:
         return _report_serve(result, gpu, gpu_memory, args.json)
     m = _with_largest_batch(result.manifest, gpu_memory)
     if args.json:
         print(json.dumps(m, indent=2))
         return 0
-    named = f"  (plan {args.plan_name})" if getattr(args, "plan_name", None) else ""
+    named = f"  (plan {req.plan_name})" if req.plan_name else ""
     print(f"{result.config.name}  {_plan_text(result.plan)}  world {m['world_size']}{named}  "
           f"(per rank, per {_step_text(result.plan)}; FLOPs and bytes)")
     _print_classes(m, result.plan, gpu)
@@ -416,21 +210,20 @@ def _print_classes(m: dict, plan: Plan, gpu) -> None:
                   f"({m['compute_model']} compute model)")
 
 
-def _plan_task(host: PluginHost, args, model, overrides, plan: Plan, gpu, **kw):
+def _plan_task(host: PluginHost, req, gpu, **kw):
     """plan_job, or for --task serve both sides' plans and the KV transfers between them."""
-    serving = {"--prefill-ranks": args.prefill_ranks, "--decode-ranks": args.decode_ranks,
-               "--prefill-plan": args.prefill_plan, "--decode-plan": args.decode_plan}
+    plan, serving = req.plan, req.serve
     if plan.task != SERVE:
         stray = [name for name, value in serving.items() if value is not None]
         if stray:
-            raise UsageError(f"{stray[0]} splits the ranks between prefill and decode; it needs --task serve")
-        return plan_job(host, model, overrides, plan, gpu, **kw)
+            raise UsageError(f"--{stray[0]} splits the ranks between prefill and decode; it needs --task serve")
+        return plan_job(host, req.model, req.overrides, plan, gpu, **kw)
     plan.check_task()  # each side's plan_job checks the rest (ep is carved out of the side's own dp)
-    world = plan.world_size if args.dp is not None else None  # the main flags name a world when --dp is given
-    prefill, decode = side_plans(plan, args.prefill_ranks, args.decode_ranks,
-                                 parse_side(args.prefill_plan, "--prefill-plan"),
-                                 parse_side(args.decode_plan, "--decode-plan"), world)
-    return plan_serve(host, model, overrides, prefill, decode, gpu)
+    world = plan.world_size if "dp" in req.given else None  # the main flags name a world when --dp is given
+    prefill, decode = side_plans(plan, serving["prefill-ranks"], serving["decode-ranks"],
+                                 parse_side(serving["prefill-plan"], "--prefill-plan"),
+                                 parse_side(serving["decode-plan"], "--decode-plan"), world)
+    return plan_serve(host, req.model, req.overrides, prefill, decode, gpu)
 
 
 def _report_serve(result, gpu, gpu_memory: int, as_json: bool) -> int:

@@ -24,9 +24,18 @@ import pluggy
 
 from . import hookspecs
 from .errors import PluginError, UsageError
+from .guard import Owner, PluginFault, guard_record
 from .hookspecs import PROJECT
 from .records import (BackendSpec, CommandSpec, ComputeModelSpec, ExecutorSpec, HardwareSpec, ModelSpec, PlanSpec,
                       PluginInfo, ScheduleSpec, SimulatorSpec, StrategySpec)
+
+#: the record type each registration hook returns
+RECORD_TYPES = {
+    "stage_models": ModelSpec, "stage_strategies": StrategySpec, "stage_schedules": ScheduleSpec,
+    "stage_trace_backends": BackendSpec, "stage_commands": CommandSpec, "stage_executors": ExecutorSpec,
+    "stage_plans": PlanSpec, "stage_hardware": HardwareSpec, "stage_compute_models": ComputeModelSpec,
+    "stage_simulators": SimulatorSpec,
+}
 
 #: modules of the core that are plugins themselves
 BUILTINS: tuple[str, ...] = ("stage_core.schedule.builtin",)
@@ -47,7 +56,9 @@ class PluginHost:
         self.disabled = set(disabled_from_env() if disabled is None else disabled)
         self.sources: dict[str, str] = {}
         self.versions: dict[str, str] = {}
+        self.dists: dict[str, str] = {}  # plugin name -> its distribution
         self.errors: dict[str, str] = {}
+        self._collected: dict[str, list] = {}
         for name in self.disabled:
             self.pm.set_blocked(name)
         for modname in builtins:
@@ -79,6 +90,7 @@ class PluginHost:
             version = ""
             if ep.dist is not None:
                 version = ep.dist.version
+                self.dists[ep.name] = ep.dist.name
             self.register(module, ep.name, "entrypoint", version)
 
     def register(self, plugin: Any, name: str, source: str = "registered", version: str = "") -> None:
@@ -93,6 +105,7 @@ class PluginHost:
             raise PluginError(f"plugin {name!r} is invalid: {exc}") from None
         self.sources[name] = source
         self.versions[name] = version
+        self._collected.clear()
 
     def check(self) -> None:
         """A hook implementation without a matching spec (a misspelling) is an error."""
@@ -102,16 +115,38 @@ class PluginHost:
             raise PluginError(f"{exc}") from None
 
     # ------------------------------------------------------------------ collecting
+    def owner(self, plugin: str, kind: str = "", name: str = "") -> Owner:
+        """Who ``plugin``'s record ``name`` (a ``kind``) is, as refusals name it."""
+        dist = self.dists.get(plugin, "")
+        version = self.versions.get(plugin, "")
+        return Owner(plugin, f"{dist} {version}".strip() if dist else "", kind, name)
+
     def _collect(self, hook_name: str, kind: str) -> list:
+        """Every plugin's records of one hook: checked, attributed, guarded, sorted.
+
+        Hooks are called once per host (records are frozen), so a plugin's hook runs once."""
+        got = self._collected.get(hook_name)
+        if got is not None:
+            return list(got)
         hook = getattr(self.pm.hook, hook_name)
+        expected = RECORD_TYPES[hook_name]
         seen: dict[str, Any] = {}
         for impl in hook.get_hookimpls():
+            owner = self.owner(impl.plugin_name)
             try:
                 records = impl.function() or []
+                records = list(records)
             except Exception as exc:
-                raise PluginError(f"plugin {impl.plugin_name!r} failed in {hook_name}: {type(exc).__name__}: {exc}")
+                raise PluginFault(f"{owner}: {hook_name} failed: {type(exc).__name__}: {exc}") from exc
             for record in records:
+                if not isinstance(record, expected):
+                    raise PluginFault(f"{owner}: {hook_name} returned a {type(record).__name__}, not a "
+                                      f"{expected.__name__}")
+                if not isinstance(record.name, str) or not record.name.strip():
+                    raise PluginFault(f"{owner}: {hook_name} returned a {expected.__name__} with name "
+                                      f"{record.name!r}; give it a name")
                 record = dataclasses.replace(record, plugin=impl.plugin_name)
+                record = guard_record(record, self.owner(impl.plugin_name, kind, record.name))
                 other = seen.get(record.name)
                 if other is not None:
                     raise PluginError(
@@ -119,7 +154,9 @@ class PluginHost:
                         f"{other.plugin!r} and {record.plugin!r}; block one with {DISABLE_ENV}"
                     )
                 seen[record.name] = record
-        return [seen[n] for n in sorted(seen)]
+        got = [seen[n] for n in sorted(seen)]
+        self._collected[hook_name] = got
+        return list(got)
 
     def models(self) -> list[ModelSpec]:
         specs = self._collect("stage_models", "model family")

@@ -27,7 +27,9 @@ class ModelSpec:
     ``from_dict(d)`` rebuilds a config of this family from a plain dict (the
     inverse of the config's ``to_dict()``), used for ``--set`` overrides and for
     manifests.  ``hf_model_types`` lists the Hugging Face ``model_type`` values this
-    family imports.
+    family imports.  ``kernels`` lists the registered kernels
+    (:class:`stage_core.kernels.KernelSpec`) the family's graphs call with
+    ``GraphBuilder.kernel``: the registration is scoped to this family's models.
     """
 
     name: str
@@ -37,7 +39,69 @@ class ModelSpec:
     from_dict: Callable[[Mapping[str, Any]], Any]
     hf_model_types: tuple[str, ...] = ()
     description: str = ""
+    kernels: tuple = ()
     plugin: str = ""
+
+
+_OPTION_TYPES = (int, float, str, bool)
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """An option of a strategy: ``--<name>`` on every command that takes a plan.
+
+    ``name`` is the flag without its dashes (``"shard-group"``), also its key in plan
+    settings, in ``Plan.options`` and in the manifest's ``plan.options``.  ``type`` is
+    ``int``, ``float``, ``str`` or ``bool`` (a switch: ``--name``/``--no-name``);
+    ``choices`` limits the values.  The strategy reads the value with
+    ``plan.option(name, default)``; a plan records only options given a value other
+    than ``default``.
+    """
+
+    name: str
+    type: type = int
+    default: Any = None
+    help: str = ""
+    choices: tuple = ()
+    metavar: str = ""
+
+    @property
+    def dest(self) -> str:
+        return self.name.replace("-", "_")
+
+    def add_to(self, parser: Any) -> None:
+        """Add the flag to an argparse parser or group (its parsed default is None: not given)."""
+        text = self.help + (f" (default {self.default})" if self.default is not None else "")
+        if self.type is bool:
+            parser.add_argument(f"--{self.name}", dest=self.dest, action=argparse.BooleanOptionalAction,
+                                default=None, help=text)
+            return
+        metavar = self.metavar or ("|".join(map(str, self.choices)) if self.choices else self.name.upper())
+        parser.add_argument(f"--{self.name}", dest=self.dest, type=self.type, default=None, metavar=metavar,
+                            choices=list(self.choices) or None, help=text)
+
+
+@dataclass(frozen=True)
+class AxisSpec:
+    """A mesh axis a strategy adds: a part of an existing axis with a degree of its own.
+
+    ``within`` names the axis it is carved out of (``"dp"``): its ranks are the fastest
+    ``degree`` of the parent's, so a group along ``name`` is a block of that many
+    neighbouring ranks of a parent group, and a group along ``rest`` (default
+    ``name + "r"``) takes one rank of each block.  The degree comes from the strategy
+    option ``option`` (default 1: the axis is inactive).  Strategies shard over it as
+    over any axis: ``Shard(dim)`` on ``name``.
+    """
+
+    name: str
+    within: str
+    option: str
+    rest: str = ""
+    description: str = ""
+
+    @property
+    def rest_name(self) -> str:
+        return self.rest or self.name + "r"
 
 
 @dataclass(frozen=True)
@@ -48,7 +112,10 @@ class StrategySpec:
     strategies that change how the graph is run rather than how it is split
     (recompute).  ``validate(model, plan)`` returns a list of error strings (empty
     when the plan is valid for the model).  ``apply(graph, mesh, plan)`` returns
-    the graph annotated with this strategy's placements.
+    the graph annotated with this strategy's placements (every installed strategy is
+    applied to every plan; it leaves the graph alone when the plan does not ask for
+    it).  ``options`` are its own flags
+    (:class:`OptionSpec`); ``axes`` the mesh axes it adds (:class:`AxisSpec`).
     """
 
     name: str
@@ -57,6 +124,8 @@ class StrategySpec:
     apply: Callable[[Any, Any, Any], Any]
     order: int = 100  # application order; lower first
     description: str = ""
+    options: tuple[OptionSpec, ...] = ()
+    axes: tuple[AxisSpec, ...] = ()
     plugin: str = ""
 
 

@@ -130,7 +130,7 @@ def _side(plan: Plan, given: dict, ranks: int, flag: str) -> Plan:
 def plan_serve(host, model: str, overrides: Mapping[str, str] | None, prefill: Plan, decode: Plan,
                gpu=None) -> ServeResult:
     """Both sides planned (api.plan_job each), the KV caches routed, one job for both."""
-    from .api import plan_job
+    from .flow import plan_job
 
     routes = route(prefill, decode)  # before any work
     pre = plan_job(host, model, overrides, prefill, gpu)

@@ -68,7 +68,7 @@ class _Inference:
         self.f = forward
         self.task = task
         self.g = Graph(name=forward.name, params=list(forward.params), dims=dict(forward.dims),
-                       meta={**forward.meta, "task": task})
+                       meta={**forward.meta, "task": task}, registered=dict(forward.registered))
         self.swap: dict[Tensor, Tensor] = {}  # a tensor of the forward graph -> what inference reads instead
         self.declared = {c.tensor: c for c in forward.caches}
         self.readers = forward.consumers()

@@ -34,6 +34,9 @@ from .rankset import parse_ranks
 from .records import BackendSpec, ModelSpec
 from .trace import NodeType, TraceNode, TraceSet
 
+__all__ = ["fresh_host", "ToyConfig", "build_toy", "toy_plugin", "write_jsonl", "read_jsonl", "jsonl_plugin",
+           "check_trace_set", "strategy_matrix", "matrix_overrides", "plan_id", "stage_host"]
+
 
 def fresh_host(*plugins: tuple[object, str], disabled: Iterable[str] = ()) -> PluginHost:
     """A host with the core's built-ins and ``(plugin, name)`` pairs; no autoload."""
@@ -202,7 +205,7 @@ jsonl_plugin = _JsonlPlugin()
 
 def check_trace_set(host: PluginHost, directory: Path) -> None:
     """Decode ``directory`` with its backend and raise TraceError listing every problem."""
-    from .api import read_trace_set
+    from .flow import read_trace_set
     from .validate import validate
 
     problems = validate(read_trace_set(host, Path(directory)))

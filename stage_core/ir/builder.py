@@ -13,6 +13,7 @@ of dim names or expressions; letters of the index equations are local to an op.
 
 from __future__ import annotations
 
+import contextvars
 from contextlib import contextmanager
 from typing import Iterable, Sequence
 
@@ -74,9 +75,29 @@ def flash_terms(vd: str, causal: bool, window: int | None, softcap) -> list[tupl
 MAX_MODEL_OPS = 50_000
 
 
+#: the kernels registered for the model being built (``ModelSpec.kernels``): the host sets
+#: it around ``ModelSpec.build``, so a builder made inside sees them
+_KERNELS: contextvars.ContextVar[dict] = contextvars.ContextVar("stage_kernels", default={})
+
+
+@contextmanager
+def kernel_scope(specs: Iterable):
+    """Builders made inside see the registered kernels ``specs`` (by name)."""
+    token = _KERNELS.set({k.name: k for k in specs})
+    try:
+        yield
+    finally:
+        _KERNELS.reset(token)
+
+
 class GraphBuilder:
-    def __init__(self, name: str, dims: dict[str, int] | None = None, dtype: str = "bf16", meta=None):
-        self.graph = Graph(name=name, dims=dict(dims or {}), meta=dict(meta or {}))
+    def __init__(self, name: str, dims: dict[str, int] | None = None, dtype: str = "bf16", meta=None,
+                 kernels: Iterable | None = None):
+        """``kernels``: registered kernels (:class:`stage_core.kernels.KernelSpec`) this
+        model may call with :meth:`kernel`; by default those of the model being built
+        (its ``ModelSpec.kernels``)."""
+        self.graph = Graph(name=name, dims=dict(dims or {}), meta=dict(meta or {}),
+                           registered=dict(_KERNELS.get()) if kernels is None else {k.name: k for k in kernels})
         self.dtype = dtype
         self._prefix: list[str] = []
         self._layer: int | None = None
@@ -632,6 +653,37 @@ class GraphBuilder:
             attrs={"chunk": q},
         )
         return y, state
+
+    # ------------------------------------------------------------------ registered kernels
+    def kernel(self, kernel: str, *inputs: Tensor, name: str | None = None, tags: Iterable[str] = (),
+               **params) -> Tensor | tuple[Tensor, ...]:
+        """A call of the registered kernel ``kernel`` (listed in the model's
+        ``ModelSpec.kernels``; see :mod:`stage_core.kernels`) on ``inputs``, with keyword
+        ``params`` (a convolution's ``stride``...).  Returns its output, or a tuple when it
+        has several; ``tags`` tag the first."""
+        from ..kernels import KernelCall, KernelError, check_def
+
+        spec = self.graph.registered.get(kernel)
+        if spec is None:
+            known = ", ".join(sorted(self.graph.registered)) or "none"
+            raise KernelError(f"kernel {kernel!r} is not registered for model {self.graph.name} (registered: "
+                              f"{known}); list its KernelSpec in the model's ModelSpec.kernels")
+        call = KernelCall(tuple(inputs), dict(params), dict(self.graph.dims))
+        try:
+            d = spec.forward(call)
+        except (ValueError, TypeError, KeyError) as exc:
+            if isinstance(exc, KernelError):
+                raise
+            raise KernelError(f"kernel {kernel} ({name or kernel}): {exc}") from None
+        ins, outs = check_def(d, kernel, len(inputs))
+        tags_ = [tuple(tags)] + [()] * (len(outs) - 1)
+        outputs = self.op(
+            spec.kind, d.spec, list(inputs), d.out_shapes, name=name or kernel, fn=spec.name,
+            flop_terms=list(d.flops), byte_terms=list(d.bytes or ()), out_dtypes=d.out_dtypes, out_tags=tags_,
+            linear_reduce=d.reduce, whole=d.whole, partial_ok=d.partial_ok,
+            attrs={**d.attrs, "registered": spec.name, "params": dict(params)}, free_letters=dict(d.free_letters),
+        )
+        return outputs[0] if len(outputs) == 1 else outputs
 
     # ------------------------------------------------------------------ views
     def split(self, x: Tensor, spec: str, out_shapes: Sequence[Sequence], *, name: str = "split") -> tuple[Tensor, ...]:

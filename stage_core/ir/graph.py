@@ -49,6 +49,8 @@ class Graph:
     opt_state: dict[Tensor, tuple[Tensor, ...]] = field(default_factory=dict)
     caches: list[CacheDecl] = field(default_factory=list)
     feedback: dict[Tensor, Tensor] = field(default_factory=dict)
+    #: the registered kernels this graph may use (``ModelSpec.kernels``), by name
+    registered: dict[str, Any] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ structure
     def producers(self) -> dict[Tensor, Op]:

@@ -35,12 +35,13 @@ OPTIMIZER = "optimizer"
 
 
 def parse_spec(spec: str) -> tuple[list[str], list[str]]:
-    """``"bsh,hf->bsf"`` -> (["bsh", "hf"], ["bsf"]); an empty operand is a scalar."""
-    if "->" not in spec:
-        raise ValueError(f"index equation {spec!r} has no '->'")
+    """``"bsh,hf->bsf"`` -> (["bsh", "hf"], ["bsf"]); an empty operand is a scalar
+    (``"bsh->"``: one scalar output; ``"->bs"``: no input)."""
+    if spec.count("->") != 1:
+        raise ValueError(f"index equation {spec!r} must have one '->'")
     lhs, rhs = spec.split("->")
     ins = lhs.split(",") if lhs else []
-    outs = rhs.split(",") if rhs else []
+    outs = rhs.split(",")
     for term in ins + outs:
         if len(set(term)) != len(term):
             raise ValueError(f"index equation {spec!r}: repeated letter in {term!r}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from math import isqrt
+from typing import Any
 
 from ..errors import UsageError
 from ..tasks import DECODE, PREFILL, SERVE, TASKS, TRAIN
@@ -87,6 +88,9 @@ class Plan:
     task: str = TRAIN
     context_len: int | None = None  # decode: tokens each request attends to at the first step
     decode_steps: int = 1
+    #: the strategies' own options (``OptionSpec``), as sorted (name, value) pairs: only those
+    #: given, so two plans that choose the same things are equal
+    options: tuple[tuple[str, Any], ...] = ()
 
     @property
     def inference(self) -> bool:
@@ -117,6 +121,24 @@ class Plan:
 
     def degree(self, axis: str) -> int:
         return getattr(self, axis)
+
+    def option(self, name: str, default: Any = None) -> Any:
+        """The value of the strategy option ``name`` (``default`` when the plan does not set it)."""
+        for key, value in self.options:
+            if key == name:
+                return value
+        return default
+
+    def with_options(self, **values: Any) -> "Plan":
+        """The plan with these options set (``shard_group=8`` sets ``shard-group``; None removes one)."""
+        merged = dict(self.options)
+        for key, value in values.items():
+            key = key.replace("_", "-")
+            if value is None:
+                merged.pop(key, None)
+            else:
+                merged[key] = value
+        return self.replace(options=tuple(sorted(merged.items())))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from stage_core import hookimpl
-from stage_core.api import plan_job
+from stage_core.flow import plan_job
 from stage_core.bounds import INT64_MAX, MAX_WORLD, sample_count
 from stage_core.cli import main
 from stage_core.ir import builder
@@ -105,7 +105,7 @@ def test_the_exact_node_count_is_checked_before_the_full_lowering(host, capsys, 
     def spy(lower, plan, max_nodes, programs=True, order=None):
         return real(lambda p: lowered.append(p.micro_batches) or lower(p), plan, max_nodes, programs, order)
 
-    monkeypatch.setattr("stage_core.api.lower_within", spy)
+    monkeypatch.setattr("stage_core.flow.lower_within", spy)
     exact = plan_job(host, "toy", {}, Plan(dp=2, micro_batches=50))
     nodes = sum(len(p.nodes) * len(p.ranks) for p in exact.job.programs)
     assert lowered == [4, 50]

@@ -83,9 +83,9 @@ def test_unknown_plan_is_one_line_listing_the_known(host, capsys):
 
 def test_a_plan_with_a_bad_setting_names_the_plan_and_its_plugin(capsys):
     host = fresh_host((toy_plugin, "toy"), (BadPlan(), "badplan"))
-    assert main(["report", "--plan", "broken"], host=host) == 2
+    assert main(["report", "--plan", "broken"], host=host) == 1
     err = capsys.readouterr().err
-    assert "plan 'broken' of plugin 'badplan' has a bad setting" in err and "--dp" in err
+    assert "plugin 'badplan': plan 'broken': has a bad setting" in err and "--dp" in err
 
 
 def test_report_shows_each_rank_class_memory_beside_the_gpu(capsys):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from stage_core.api import plan_job
+from stage_core.flow import plan_job
 from stage_core.cli import main
 from stage_core.ir.tensor import Role
 from stage_core.models import evaluate_sum

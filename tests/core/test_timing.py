@@ -1,7 +1,7 @@
 """Compute nodes timed on a GPU: whole microseconds whose running sum stays exact."""
 
 from stage_core import hookimpl
-from stage_core.api import plan_job
+from stage_core.flow import plan_job
 from stage_core.kernel import Gemm, kernel
 from stage_core.parallel.plan import Plan
 from stage_core.records import ComputeModelSpec, GpuSpec, HardwareSpec, LinkSpec

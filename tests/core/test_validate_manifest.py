@@ -7,7 +7,7 @@ import json
 import pytest
 
 from stage_core import hookimpl
-from stage_core.api import plan_job, read_trace_set, write_trace_set
+from stage_core.flow import plan_job, read_trace_set, write_trace_set
 from stage_core.parallel import R
 from stage_core.parallel.plan import Plan
 from stage_core.records import StrategySpec

@@ -63,7 +63,7 @@ def replay_and_simulate(host):
     decode every node as ours does (outside_reader)."""
     from outside_reader import chakra_reader, compare_with_chakra
 
-    from stage_core.api import read_trace_set
+    from stage_core.flow import read_trace_set
     from stage_core.validate import examine
 
     chakra = chakra_reader()
@@ -95,7 +95,7 @@ def host():
 @pytest.fixture
 def write_set(host, tmp_path):
     """``write_set(model, plan, **overrides)`` -> the folder of a generated, validated set."""
-    from stage_core.api import plan_job, write_trace_set
+    from stage_core.flow import plan_job, write_trace_set
 
     made = []
 

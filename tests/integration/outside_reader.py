@@ -45,7 +45,7 @@ def compare_with_chakra(host, trace_dir: Path, reader) -> int:
     """Assert that Chakra decodes every node of every rank of ``trace_dir`` as STAGE's
     reader does (id, name, type, dependencies, every attribute's oneof and value,
     duration); the number of nodes compared."""
-    from stage_core.api import read_trace_set
+    from stage_core.flow import read_trace_set
 
     compared = 0
     trace_set = read_trace_set(host, Path(trace_dir))

@@ -10,7 +10,7 @@ ASTRA_SIM = os.environ.get("ASTRA_SIM_BIN")
 
 @pytest.fixture(scope="module")
 def gpt_set(tmp_path_factory, host):
-    from stage_core.api import plan_job, write_trace_set
+    from stage_core.flow import plan_job, write_trace_set
     from stage_core.parallel.plan import Plan
 
     out = tmp_path_factory.mktemp("damaged") / "set"

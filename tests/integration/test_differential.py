@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import ASTRA_SIM, NO_SIMULATOR
 
-from stage_core.api import plan_job, read_trace_set, write_trace_set
+from stage_core.flow import plan_job, read_trace_set, write_trace_set
 from stage_core.parallel import Plan
 from stage_core.trace import CollectiveType, NodeType, RankProgram
 from stage_core.validate import validate

@@ -8,7 +8,7 @@ import pytest
 
 from stage_adapter_astrasim import configs, netyml
 from stage_core import hardware
-from stage_core.api import comm_groups_json, plan_job, write_trace_set
+from stage_core.flow import comm_groups_json, plan_job, write_trace_set
 from stage_core.cli import build_parser, plan_from_args
 from stage_core.trace import CollectiveType, NodeType, ProgramNode, RankProgram, TraceJob
 from stage_search import network

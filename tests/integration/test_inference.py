@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from stage_core.api import plan_job
+from stage_core.flow import plan_job
 from stage_core.parallel import Plan
 from stage_core.trace import CollectiveType, NodeType
 
@@ -154,7 +154,7 @@ def test_decode_step_is_memory_bound(host, write_set, simulate):
     out = write_set(model, plan, **overrides)
     status, results = simulate(out)
     assert status == 0
-    from stage_core.api import read_trace_set
+    from stage_core.flow import read_trace_set
 
     nodes = dict(read_trace_set(host, out).iter_ranks())[0]
     assert not any(n.type in (NodeType.COMM_COLL, NodeType.COMM_SEND) for n in nodes)
@@ -182,7 +182,7 @@ SERVE_SETS = [
 
 @pytest.mark.parametrize("model,overrides,prefill,decode", SERVE_SETS, ids=["dense", "moe", "moe-ep"])
 def test_serve_sets_finish_on_every_rank(host, tmp_path, simulate, model, overrides, prefill, decode):
-    from stage_core.api import write_trace_set
+    from stage_core.flow import write_trace_set
     from stage_core.serve import plan_serve
 
     result = plan_serve(host, model, {k: str(v) for k, v in overrides.items()}, prefill, decode)

@@ -61,7 +61,7 @@ def test_gemma2_tp_pp_flops_add_up_to_the_model(host):
     # tp and pp split every matmul without repeating one: summed over the ranks, a step's
     # matmul FLOPs are micro_batches times one sequence's (the model plugin's count, which
     # test_decoders_flops checks by hand, local layers counting their 4096-token window)
-    from stage_core.api import plan_job
+    from stage_core.flow import plan_job
     from stage_core.models import training_flops
     from stage_model_decoders import PRESETS, build
 
@@ -93,7 +93,7 @@ def test_hybrid_serving_sends_each_request_its_state_and_its_attention_cache(hos
     # Nemotron-H 8B, prefill tp2 and decode tp2: each request's cache is its 24 Mamba layers'
     # fixed states (51,806,208 bytes) and its 4 attention layers' keys and values of the
     # 1024-token prompt (4·2·8·128·2·1024 = 16,777,216 bytes), half from each tp rank
-    from stage_core.api import write_trace_set
+    from stage_core.flow import write_trace_set
     from stage_core.serve import plan_serve
 
     result = plan_serve(host, "nemotron-h-8b", {}, Plan(task="prefill", tp=2, seq_len=1024),

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from stage_core.api import plan_job
+from stage_core.flow import plan_job
 from stage_core.parallel import Plan
 
 #: Qwen/Qwen1.5-MoE-A2.7B config.json (the keys as published; the model card: "14.3B

@@ -12,7 +12,7 @@ import math
 
 import pytest
 
-from stage_core.api import plan_job
+from stage_core.flow import plan_job
 from stage_core.errors import UsageError
 from stage_core.models import param_counts
 from stage_core.parallel import Plan

@@ -10,7 +10,7 @@ import pytest
 from outside_reader import NO_CHAKRA, chakra_reader, compare_with_chakra
 
 from stage_core import hardware
-from stage_core.api import plan_job, write_trace_set
+from stage_core.flow import plan_job, write_trace_set
 from stage_core.parallel import Plan
 
 DATA = Path(__file__).parent / "data" / "prechain"  # see test_differential

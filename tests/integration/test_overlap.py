@@ -3,7 +3,7 @@
 import pytest
 
 from stage_core import hardware
-from stage_core.api import plan_job, write_trace_set
+from stage_core.flow import plan_job, write_trace_set
 from stage_core.parallel import Plan
 
 # tp, pp, dp and ZeRO together: gradient buckets and ZeRO-3 gathers share the slot with

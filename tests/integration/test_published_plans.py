@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from stage_core.api import plan_job
+from stage_core.flow import plan_job
 from stage_core.cli import build_parser, plan_from_args
 from stage_core.models import evaluate_sum
 from stage_core.plugins import PluginHost

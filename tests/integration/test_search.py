@@ -6,7 +6,7 @@ import json
 import pytest
 
 from stage_core import hardware
-from stage_core.api import plan_job
+from stage_core.flow import plan_job
 from stage_core.cli import main
 from stage_core.parallel.plan import Plan
 from stage_search import probe

@@ -9,7 +9,7 @@ toy model (the simulator needs at least 2 ranks), and MoE plans with tiny shapes
 
 import pytest
 
-from stage_core.api import plan_job, write_trace_set
+from stage_core.flow import plan_job, write_trace_set
 from stage_core.parallel import Plan
 from stage_core.testing import matrix_overrides, plan_id, strategy_matrix
 
@@ -77,7 +77,7 @@ def test_timed_context_parallel_sets_finish_with_background_reductions(host, tmp
     """With --gpu, gradient reductions and ZeRO-3 gathers are placed into the compute
     windows between foreground sends and collectives, here among the ring's sends."""
     from stage_core import hardware
-    from stage_core.api import plan_job, write_trace_set
+    from stage_core.flow import plan_job, write_trace_set
 
     plan = Plan(cp=4, tp=2, sp=True, dp=2, pp=2, zero=3, cp_comm=comm, micro_batches=4)
     result = plan_job(host, "llama-tiny", {"layers": "4"}, plan, hardware.resolve(host, "h100"))

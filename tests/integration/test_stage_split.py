@@ -1,7 +1,7 @@
 """--stage-layers auto on the published models: Llama 3 405B at pp16 as the Llama 3 paper
 split it, DeepSeek-V3's 61 layers (3 dense, 58 MoE) weighed by their compute."""
 
-from stage_core.api import resolve_model
+from stage_core.flow import resolve_model
 from stage_core.autodiff import differentiate
 from stage_core.parallel import Plan
 from stage_parallel.stages import balanced_split, layer_weights

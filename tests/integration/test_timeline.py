@@ -7,7 +7,7 @@ import os
 import pytest
 
 from stage_core import hardware
-from stage_core.api import plan_job, write_trace_set
+from stage_core.flow import plan_job, write_trace_set
 from stage_core.parallel import Plan
 from stage_core.trace import NodeType
 

@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from stage_core.api import plan_job
+from stage_core.flow import plan_job
 from stage_core.parallel import Plan
 from stage_core.trace import CollectiveType as C
 

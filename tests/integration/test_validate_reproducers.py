@@ -10,7 +10,7 @@ from stage_adapter_chakra import schema, wire
 
 @pytest.fixture(scope="module")
 def good(tmp_path_factory, host):
-    from stage_core.api import plan_job, write_trace_set
+    from stage_core.flow import plan_job, write_trace_set
     from stage_core.parallel.plan import Plan
 
     out = tmp_path_factory.mktemp("fooled") / "set"

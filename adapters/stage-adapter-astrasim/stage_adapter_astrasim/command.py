@@ -14,11 +14,8 @@ import sys
 from pathlib import Path
 from typing import Mapping, TextIO
 
-from stage_core import hardware
-from stage_core.api import read_trace_set
-from stage_core.errors import StageError, TraceError, UsageError
-from stage_core.plugins import PluginHost
-from stage_core.validate import validate as validate_set
+from stage_core.api import (PluginHost, StageError, TraceError, UsageError, hardware, read_trace_set, validate_trace_set
+                            as validate_set)
 
 from . import files, parser, report, runner, steptime, timeline
 from .configs import DEFAULT_PRESET, MEMORY_FILE, NETWORK_FILE, SYSTEM_FILE, build_configs

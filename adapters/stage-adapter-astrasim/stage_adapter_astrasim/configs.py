@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from math import prod
 from pathlib import Path
 
-from stage_core import hardware
-from stage_core.errors import UsageError
+from stage_core.api import UsageError, hardware
 from stage_core.records import HardwareSpec, LinkSpec
 
 from . import netyml

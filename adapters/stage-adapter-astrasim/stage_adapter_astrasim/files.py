@@ -7,7 +7,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from stage_core.errors import UsageError
+from stage_core.api import UsageError
 
 
 def _umask() -> int:

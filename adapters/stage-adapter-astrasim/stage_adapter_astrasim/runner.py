@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from stage_core.errors import UsageError
+from stage_core.api import UsageError
 
 ENV_VAR = "ASTRA_SIM_BIN"
 PLACEHOLDER = "<ASTRA-sim analytical binary>"

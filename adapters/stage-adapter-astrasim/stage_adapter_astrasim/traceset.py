@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stage_core.errors import UsageError
+from stage_core.api import UsageError
 
 TRACE_PREFIX = "trace"
 COMM_GROUPS = "comm_groups.json"

@@ -8,10 +8,9 @@ import json
 import os
 import re
 
-import pluggy
 import pytest
-from stage_core import hookspecs
-from stage_core.errors import UsageError
+from stage_core.testing import fresh_host
+from stage_core.api import UsageError
 
 from stage_adapter_astrasim import command, plugin
 from stage_adapter_astrasim.command import configure, run, run_astrasim
@@ -203,12 +202,9 @@ def test_argparse_and_run(make_trace_set, fake_simulator, sample_stdout, capsys)
 
 
 def test_plugin_registers_the_command():
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
-    pm.add_hookspecs(hookspecs)
-    pm.register(plugin)
-    specs = [s for batch in pm.hook.stage_commands() for s in batch]
+    specs = fresh_host((plugin, "astrasim")).commands()
     assert [s.name for s in specs] == ["astrasim"]
-    assert specs[0].run is run and specs[0].configure is configure
+    assert specs[0].run.__wrapped__ is run and specs[0].configure.__wrapped__ is configure
 
 
 def test_inference_sets_count_model_flops_once():
@@ -225,10 +221,7 @@ def test_inference_sets_count_model_flops_once():
 
 def test_the_simulator_record_says_why_it_cannot_run_and_runs_a_set(make_trace_set, fake_simulator, sample_stdout,
                                                                      host, monkeypatch, tmp_path):
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
-    pm.add_hookspecs(hookspecs)
-    pm.register(plugin)
-    [spec] = [s for batch in pm.hook.stage_simulators() for s in batch]
+    [spec] = fresh_host((plugin, "astrasim")).simulators()
     assert spec.name == "astrasim" and spec.formats == ("chakra",)
     monkeypatch.delenv("ASTRA_SIM_BIN", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path / "nothing-here"))

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from stage_core.errors import UsageError
+from stage_core.api import UsageError, hardware
 
-from stage_core import hardware
 
 from astrasim_test_presets import TEST_PRESETS as PRESETS
 from stage_adapter_astrasim import netyml

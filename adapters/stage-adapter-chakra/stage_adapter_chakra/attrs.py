@@ -19,7 +19,7 @@ from typing import Any, Sequence, Union
 
 import numpy as np
 
-from stage_core.trace import NodeType, ProgramNode, TraceJob
+from stage_core.api import NodeType, ProgramNode, TraceJob
 
 #: attribute name -> AttributeProto oneof member it is written in
 ATTRIBUTE_KINDS: dict[str, str] = {

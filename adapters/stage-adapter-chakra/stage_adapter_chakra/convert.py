@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stage_core.trace import TraceNode
+from stage_core.api import TraceNode
 
 from .schema import AttributeProto
 

@@ -3,7 +3,7 @@ that are also ValueErrors, so callers may catch either."""
 
 from __future__ import annotations
 
-from stage_core.errors import TraceReadError, TraceWriteError
+from stage_core.api import TraceReadError, TraceWriteError
 
 
 class ChakraWriteError(TraceWriteError, ValueError):

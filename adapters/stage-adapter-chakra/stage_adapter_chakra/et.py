@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from stage_core.trace import ProgramNode, TraceJob
+from stage_core.api import ProgramNode, TraceJob
 
 from . import wire
 from .attrs import Slot

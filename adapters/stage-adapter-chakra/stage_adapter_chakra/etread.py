@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from google.protobuf.message import DecodeError
-from stage_core.trace import TraceNode, TraceSet
+from stage_core.api import TraceNode, TraceSet
 
 from . import schema, stampread, traceset, wire
 from .convert import metadata

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from google.protobuf import json_format
-from stage_core.trace import TraceNode, TraceSet
+from stage_core.api import TraceNode, TraceSet
 
 from . import schema, traceset
 from .convert import metadata, trace_node

@@ -21,7 +21,7 @@ from operator import index
 from pathlib import Path
 from typing import Any
 
-from stage_core.trace import ProgramNode, TraceJob
+from stage_core.api import ProgramNode, TraceJob
 
 from . import schema, wire
 from .attrs import Slot

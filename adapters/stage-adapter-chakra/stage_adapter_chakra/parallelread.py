@@ -20,7 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from stage_core.trace import StampedNodes, TraceNode
+from stage_core.api import StampedNodes, TraceNode
 
 from .records import NodeDecoder
 from .stampread import StampDecoder

@@ -49,7 +49,7 @@ from itertools import accumulate
 from operator import sub
 
 from google.protobuf.message import DecodeError
-from stage_core.trace import TraceNode
+from stage_core.api import TraceNode
 
 from . import schema, wire
 from .convert import LIST_KINDS, attr_value, trace_node

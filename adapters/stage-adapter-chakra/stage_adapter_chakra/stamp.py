@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, Callable
 
-from stage_core.trace import RankProgram
+from stage_core.api import RankProgram
 
 from .attrs import Slot, node_attrs
 from .errors import ChakraWriteError

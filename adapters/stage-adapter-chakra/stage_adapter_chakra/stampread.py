@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 from google.protobuf.message import DecodeError
-from stage_core.trace import RANK_ATTRS, StampedNodes, TraceNode
+from stage_core.api import RANK_ATTRS, StampedNodes, TraceNode
 
 from . import schema, wire
 from .convert import LIST_KINDS, attr_value

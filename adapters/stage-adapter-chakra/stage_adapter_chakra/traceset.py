@@ -16,9 +16,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from stage_core.errors import UsageError
-from stage_core.rankset import parse_ranks
-from stage_core.trace import TraceNode, TraceSet
+from stage_core.api import TraceNode, TraceSet, UsageError, parse_ranks
 
 from .errors import ChakraReadError
 from .schema import ET_VERSION

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
-from stage_core.trace import TraceJob
+from stage_core.api import TraceJob
 
 from .attrs import resolve
 from .errors import ChakraWriteError

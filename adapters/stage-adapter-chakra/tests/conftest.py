@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from stage_core.trace import CollectiveType, NodeType, ProgramNode, RankProgram, TraceJob
+from stage_core.api import CollectiveType, NodeType, ProgramNode, RankProgram, TraceJob
 
 DATA = Path(__file__).parent / "data"
 SAMPLES = DATA / "chakra-allreduce-8npu"

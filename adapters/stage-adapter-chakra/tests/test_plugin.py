@@ -4,22 +4,18 @@ from __future__ import annotations
 
 from importlib.metadata import entry_points
 
-import pluggy
-from stage_core import hookspecs
 from stage_core.records import BackendSpec
+from stage_core.testing import fresh_host
 
 from stage_adapter_chakra import etread, plugin
 
 
-def _manager():
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
-    pm.add_hookspecs(hookspecs)
-    pm.register(plugin, name="chakra")
-    return pm
+def _specs():
+    return fresh_host((plugin, "chakra")).backends()
 
 
 def test_backends_registered():
-    (specs,) = _manager().hook.stage_trace_backends()
+    specs = _specs()
     by_name = {s.name: s for s in specs}
     assert set(by_name) == {"chakra", "chakra-json"}
     assert all(isinstance(s, BackendSpec) for s in specs)
@@ -30,7 +26,7 @@ def test_backends_registered():
 
 
 def test_backend_round_trip_through_specs(job, tmp_path):
-    (specs,) = _manager().hook.stage_trace_backends()
+    specs = _specs()
     for spec in specs:
         out = tmp_path / spec.name
         spec.write(job, out)
@@ -48,7 +44,7 @@ def test_entry_point():
 
 
 def test_sample_dir_detected_by_chakra_backend_only(samples_dir):
-    (specs,) = _manager().hook.stage_trace_backends()
+    specs = _specs()
     found = {s.name for s in specs if s.detect(samples_dir)}
     assert found == {"chakra"}
     assert etread.read(samples_dir).world_size == 8

@@ -17,8 +17,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from stage_core.cli import main
-from stage_core.errors import StageError, TraceReadError
+from stage_core.api import StageError, TraceReadError, main
 from stage_core.testing import fresh_host
 
 from stage_adapter_chakra import ChakraReadError, et, jsontrace, plugin, wire

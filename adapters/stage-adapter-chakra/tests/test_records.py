@@ -14,8 +14,7 @@ import random
 
 import pytest
 from google.protobuf.message import DecodeError
-from stage_core.trace import CollectiveType, NodeType, ProgramNode, RankProgram, TraceJob
-from stage_core.validate import validate
+from stage_core.api import CollectiveType, NodeType, ProgramNode, RankProgram, TraceJob, validate_trace_set as validate
 
 from stage_adapter_chakra import ChakraReadError, et, etread, schema, wire
 from stage_adapter_chakra.convert import trace_node

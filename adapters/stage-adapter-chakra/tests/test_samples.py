@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stage_core.trace import CollectiveType, NodeType
+from stage_core.api import CollectiveType, NodeType
 
 from stage_adapter_chakra import etread, wire
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from stage_core.trace import CollectiveType, NodeType
+from stage_core.api import CollectiveType, NodeType
 
 from stage_adapter_chakra import protoparse, schema
 

@@ -7,7 +7,7 @@ shared.  Each test reads a set through ``etread.read`` and compares every file.
 from __future__ import annotations
 
 import pytest
-from stage_core.trace import RANK_ATTRS, NodeType, StampedNodes, TraceNode
+from stage_core.api import RANK_ATTRS, NodeType, StampedNodes, TraceNode
 
 from stage_adapter_chakra import ChakraReadError, etread, schema
 from stage_adapter_chakra.records import NodeDecoder

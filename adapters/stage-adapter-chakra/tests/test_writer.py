@@ -6,7 +6,7 @@ import json
 import os
 
 import pytest
-from stage_core.trace import NodeType, ProgramNode, RankProgram, TraceJob
+from stage_core.api import NodeType, ProgramNode, RankProgram, TraceJob
 
 from stage_adapter_chakra import ChakraReadError, ChakraWriteError, et, etread, schema, wire
 

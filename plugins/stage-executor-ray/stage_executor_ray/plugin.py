@@ -11,7 +11,7 @@ import os
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from stage_core import hookimpl
-from stage_core.errors import UsageError
+from stage_core.api import UsageError
 from stage_core.records import ExecutorSpec
 
 

@@ -6,7 +6,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="ray is not installed")
 
-from stage_core.plugins import PluginHost  # noqa: E402
+from stage_core.api import PluginHost
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ import builtins
 
 import pytest
 
-from stage_core.errors import UsageError
+from stage_core.api import UsageError
 from stage_executor_ray.plugin import run
 
 

@@ -13,9 +13,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from stage_core import hardware
-from stage_core.errors import UsageError
-from stage_core.plugins import PluginHost
+from stage_core.api import PluginHost, UsageError, hardware
 
 from . import kineto
 

@@ -33,7 +33,7 @@ from math import ceil
 from typing import Mapping, Sequence
 
 import numpy as np
-from stage_core.kernel import Gemm, Kernel
+from stage_core.api import Gemm, Kernel
 from stage_core.records import ComputeModelSpec, GpuSpec
 
 TILE_M, TILE_N = 128, 256  # the larger tile side goes along the larger output dim

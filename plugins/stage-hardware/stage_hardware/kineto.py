@@ -27,8 +27,7 @@ from math import prod
 from pathlib import Path
 from typing import Any, Iterable
 
-from stage_core.errors import UsageError
-from stage_core.kernel import Kernel, kernel
+from stage_core.api import Kernel, UsageError, kernel
 
 DTYPE_BYTES = {"c10::BFloat16": 2, "c10::Half": 2, "float": 4, "double": 8, "long int": 8, "int": 4,
                "bool": 1, "unsigned char": 1, "signed char": 1, "short int": 2, "c10::Float8_e4m3fn": 1,

@@ -8,8 +8,7 @@ import zlib
 
 import pytest
 
-from stage_core import hardware
-from stage_core.cli import main
+from stage_core.api import hardware, main
 from stage_core.testing import fresh_host
 from stage_hardware import kineto, plugin
 from stage_hardware.compute import calibrated_time

@@ -2,7 +2,7 @@
 
 import pytest
 
-from stage_core.kernel import Gemm, kernel
+from stage_core.api import Gemm, kernel
 from stage_core.records import GpuSpec
 from stage_hardware.compute import calibrated_time, fit, quantization, roofline_time
 from stage_hardware.presets import A100_GPU, H100_GPU

@@ -2,8 +2,7 @@
 
 import pytest
 
-from stage_core import hardware
-from stage_core.kernel import kernel
+from stage_core.api import hardware, kernel
 from stage_hardware.compute import PARAMETERS, calibrated_time
 import dataclasses
 

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stage_core.ir.blocks import ATTENTION_KINDS, GLU_KINDS
-from stage_core.models import (DTYPES, ModelConfig, check_at_most, check_bool, check_choice, check_divides,
-                               check_int, check_positive_number, check_str, padded)
+from stage_core.api import (ATTENTION_KINDS, DTYPES, GLU_KINDS, ModelConfig, check_at_most, check_bool, check_choice,
+                            check_divides, check_int, check_positive_number, check_str, padded)
 
 FAMILIES = ("gemma2", "gemma3", "phi3", "olmo2")
 #: pre: norm -> block -> add (Llama, Phi-3); sandwich: norm -> block -> norm -> add (Gemma 2/3);

@@ -26,9 +26,7 @@ Layout (the conventions STAGE's parallel strategies read):
 
 from __future__ import annotations
 
-from stage_core.ir import blocks
-from stage_core.ir.blocks import RESIDUAL
-from stage_core.ir.graph import Graph
+from stage_core.api import RESIDUAL, Graph, blocks
 
 from .config import DecoderConfig
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from stage_core.autodiff import differentiate
-from stage_core.models import evaluate_sum, step_values, training_flops
+from stage_core.api import differentiate, evaluate_sum, step_values, training_flops
 
 from stage_model_decoders import PRESETS, build
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from stage_core.errors import UsageError
-from stage_core.models import param_counts
+from stage_core.api import UsageError, param_counts
 
 from public_decoder_configs import GEMMA2_2B, GEMMA2_9B, GEMMA2_27B, GEMMA3_1B, GEMMA3_27B, OLMO2_7B, PHI3_MINI, PHI4
 from stage_model_decoders import PRESETS, DecoderConfig, build, config_from_hf, to_hf

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from stage_core.models import param_counts
+from stage_core.api import param_counts
 
 from stage_model_decoders import PRESETS, build
 

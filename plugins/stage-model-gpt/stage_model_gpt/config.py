@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stage_core.errors import UsageError
-from stage_core.ir.blocks import ATTENTION_KINDS
-from stage_core.models import (DTYPES, ModelConfig, check_at_most, check_bool, check_choice, check_divides,
-                               check_int, check_str, padded)
+from stage_core.api import (ATTENTION_KINDS, DTYPES, ModelConfig, UsageError, check_at_most, check_bool, check_choice,
+                            check_divides, check_int, check_str, padded)
 
 FAMILY = "gpt"
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
-from stage_core.errors import UsageError
-from stage_core.models import HFKeys
+from stage_core.api import HFKeys, UsageError
 
 from .config import GPTConfig
 

@@ -18,10 +18,7 @@ The blocks are the core's standard ones (:mod:`stage_core.ir.blocks`).
 
 from __future__ import annotations
 
-from stage_core import sym
-from stage_core.ir import blocks
-from stage_core.ir.blocks import RESIDUAL
-from stage_core.ir.graph import Graph
+from stage_core.api import RESIDUAL, Graph, blocks, sym
 
 from .config import GPTConfig
 

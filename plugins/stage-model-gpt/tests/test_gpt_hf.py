@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from stage_core.errors import UsageError
-from stage_core.models import param_counts
+from stage_core.api import UsageError, param_counts
 
 from stage_model_gpt import PRESETS, GPTConfig, build, config_from_hf, to_hf
 

@@ -10,8 +10,7 @@ output (2), its dropout mask (1) and the dropout output (2) over the a·s×s sco
 from __future__ import annotations
 
 import pytest
-from stage_core.autodiff import differentiate
-from stage_core.models import saved_bytes_per_layer, step_values
+from stage_core.api import differentiate, saved_bytes_per_layer, step_values
 
 from stage_model_gpt import PRESETS, GPTConfig, build
 

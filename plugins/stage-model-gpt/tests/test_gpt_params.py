@@ -5,7 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
-from stage_core.models import param_counts
+from stage_core.api import param_counts
 
 from stage_model_gpt import PRESETS, build
 from stage_model_gpt.presets import MEGATRON_TABLE1

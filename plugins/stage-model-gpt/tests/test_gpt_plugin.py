@@ -5,9 +5,7 @@ from __future__ import annotations
 from importlib.metadata import entry_points
 
 import pytest
-from stage_core import sym
-from stage_core.errors import UsageError
-from stage_core.models import PLAN_DIMS
+from stage_core.api import PLAN_DIMS, UsageError, sym
 from stage_core.records import ModelSpec
 from stage_core.testing import fresh_host
 

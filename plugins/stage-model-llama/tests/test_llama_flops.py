@@ -11,9 +11,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
-from stage_core.autodiff import differentiate
-from stage_core.ir.ops import BACKWARD, FORWARD
-from stage_core.models import evaluate_sum, step_values, training_flops
+from stage_core.api import BACKWARD, FORWARD, differentiate, evaluate_sum, step_values, training_flops
 
 from stage_model_llama import PRESETS, LlamaConfig, build
 

@@ -11,8 +11,7 @@ dropout in this family).
 from __future__ import annotations
 
 import pytest
-from stage_core.autodiff import differentiate
-from stage_core.models import saved_bytes_per_layer, step_values
+from stage_core.api import differentiate, saved_bytes_per_layer, step_values
 
 from stage_model_llama import PRESETS, build
 

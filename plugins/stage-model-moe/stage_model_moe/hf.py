@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stage_core.models import HFKeys
+from stage_core.api import HFKeys
 
 from .config import MoEConfig
 

@@ -45,11 +45,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from stage_core import sym
-from stage_core.ir import blocks
-from stage_core.ir.blocks import RESIDUAL
-from stage_core.ir.builder import GraphBuilder
-from stage_core.ir.graph import Graph
+from stage_core.api import RESIDUAL, Graph, GraphBuilder, blocks, sym
 
 from .config import MoEConfig
 

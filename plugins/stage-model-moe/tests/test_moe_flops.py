@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import pytest
 import sympy as sp
-from stage_core import sym
-from stage_core.autodiff import differentiate
-from stage_core.models import param_counts, step_values, total
+from stage_core.api import differentiate, param_counts, step_values, sym, total
 
 from stage_model_moe import PRESETS, build
 

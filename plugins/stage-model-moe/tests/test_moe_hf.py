@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from stage_core.errors import UsageError
+from stage_core.api import UsageError
 
 from stage_model_moe import PRESETS, MoEConfig, config_from_hf, to_hf
 

@@ -7,8 +7,7 @@ qk_nope 128, qk_rope 64, v_head 128), its attention's matmuls counted by hand.
 
 from __future__ import annotations
 
-from stage_core.models import evaluate_sum
-from stage_core.tasks import CONTEXT, inference_graph
+from stage_core.api import CONTEXT, evaluate_sum, inference_graph
 
 from stage_model_moe import PRESETS, build
 

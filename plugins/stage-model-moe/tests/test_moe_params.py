@@ -11,7 +11,7 @@ checkpoint's extra 14B that makes the HF repo 685B) is not built.
 from __future__ import annotations
 
 import pytest
-from stage_core.models import param_counts
+from stage_core.api import param_counts
 
 from stage_model_moe import PRESETS, build, config_from_hf
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
-from stage_core.models import HFKeys
+from stage_core.api import HFKeys
 
 from .config import LAYER_KINDS, HybridConfig
 

@@ -25,12 +25,7 @@
 
 from __future__ import annotations
 
-from stage_core import sym
-from stage_core.ir import blocks
-from stage_core.ir.blocks import RESIDUAL
-from stage_core.ir.builder import GraphBuilder
-from stage_core.ir.graph import Graph
-from stage_core.ir.tensor import Tensor
+from stage_core.api import RESIDUAL, Graph, GraphBuilder, Tensor, blocks, sym
 
 from .config import LAYER_KINDS, HybridConfig
 

@@ -12,9 +12,7 @@ a scan of T/Q steps over the N·P state (elementwise).  Per token: 2·Q·N·G + 
 from __future__ import annotations
 
 import pytest
-from stage_core.autodiff import differentiate
-from stage_core.ir import kernels
-from stage_core.models import evaluate_sum, step_values, training_flops
+from stage_core.api import differentiate, evaluate_sum, flop_counts as kernels, step_values, training_flops
 
 from stage_model_ssm import PRESETS, build
 

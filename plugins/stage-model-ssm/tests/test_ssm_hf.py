@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from stage_core.errors import UsageError
-from stage_core.models import param_counts
+from stage_core.api import UsageError, param_counts
 
 from public_ssm_configs import MAMBA2_2_7B, NEMOTRON_H_8B
 from stage_model_ssm import PRESETS, HybridConfig, build, config_from_hf, to_hf

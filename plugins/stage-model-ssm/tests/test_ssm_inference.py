@@ -12,10 +12,7 @@ element, the state read and written.
 from __future__ import annotations
 
 import pytest
-from stage_core.api import plan_job
-from stage_core.models import evaluate_sum
-from stage_core.parallel import Plan
-from stage_core.tasks import inference_graph
+from stage_core.api import Plan, evaluate_sum, inference_graph, plan_job
 from stage_core.testing import fresh_host
 
 from stage_model_ssm import PRESETS, build, plugin

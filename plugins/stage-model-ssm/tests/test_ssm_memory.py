@@ -11,8 +11,7 @@ norm's output (out_proj's input) 2·H·P:  (4h + 10·H·P + 8·G·N + 6H) · b �
 from __future__ import annotations
 
 import pytest
-from stage_core.autodiff import differentiate
-from stage_core.models import saved_bytes_per_layer, step_values
+from stage_core.api import differentiate, saved_bytes_per_layer, step_values
 
 from stage_model_ssm import PRESETS, build
 

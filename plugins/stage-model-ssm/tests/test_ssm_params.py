@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stage_core.models import param_counts
+from stage_core.api import param_counts
 
 from stage_model_ssm import PRESETS, build
 

@@ -7,13 +7,10 @@ from collections import Counter
 from importlib.metadata import entry_points
 
 import pytest
-from stage_core import sym
-from stage_core.autodiff import differentiate
-from stage_core.errors import UsageError
-from stage_core.parallel import Mesh, Plan, R, Shard, ShardedGraph, lower, propagate
+from stage_core.api import (CollectiveType as C, Plan, Replicate, Shard, StrategySpec, UsageError, hookimpl, plan_job,
+                            sym)
 from stage_core.records import ModelSpec
 from stage_core.testing import fresh_host
-from stage_core.trace import CollectiveType as C
 
 from stage_model_ssm import PRESETS, HybridConfig, build, plugin
 from stage_model_ssm.hf import to_hf
@@ -60,12 +57,26 @@ def test_pattern_kinds():
     assert c.layers == 52 and build(c).meta["layers"] == 52
 
 
+class _TensorParallel:
+    """A throwaway tp (and sp) strategy declaring what stage-parallel's does, so the model's
+    layout is tested with the core alone."""
+
+    @staticmethod
+    def apply(sg, mesh, plan):
+        if plan.tp > 1:
+            sg.shard_params("tp", ("g", "mg", "f", "fe", "V"))
+            sg.hint("residual", "tp", Shard("s") if plan.sp else Replicate())
+        return sg
+
+    @hookimpl
+    def stage_strategies(self):
+        return [StrategySpec("tp", "tp", lambda model, plan: [], self.apply),
+                StrategySpec("sp", None, lambda model, plan: [], lambda sg, mesh, plan: sg)]
+
+
 def lowered(plan: Plan, c):
-    tg = differentiate(build(c))
-    sg = ShardedGraph(tg, {a: plan.degree(a) for a in ("tp", "cp", "dp", "pp", "ep")})
-    sg.shard_params("tp", ("g", "mg", "f", "fe", "V"))  # as stage-parallel's tp does
-    sg.hint("residual", "tp", Shard("s") if plan.sp else R)
-    return lower(propagate(sg), plan, Mesh.from_plan(plan), dict(tg.dims, b=1, s=plan.seq_len))
+    host = fresh_host((plugin, "ssm"), (_TensorParallel(), "tp"))
+    return plan_job(host, "mamba2-tiny", {"ssm_groups": str(c.ssm_groups)}, plan).lowered
 
 
 def mamba_colls(low):

@@ -24,7 +24,7 @@ docs/context-parallel.md has each algorithm's volumes per layer.
 
 from __future__ import annotations
 
-from stage_core.parallel import Replicate, ShardedGraph, divisors
+from stage_core.api import Replicate, ShardedGraph, divisors
 
 #: the attention core's head letter for Ulysses: query groups, or heads where a model has none (MLA)
 HEAD_DIMS = ("g", "a")

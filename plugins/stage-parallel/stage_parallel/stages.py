@@ -15,8 +15,7 @@ Every chunk gets at least one layer.
 
 from __future__ import annotations
 
-from stage_core.models import flops_by_layer
-from stage_core.parallel.split import balanced_split  # noqa: F401 (the split lives in the core)
+from stage_core.api import balanced_split, flops_by_layer
 
 
 def layer_weights(graph, plan) -> list[int]:

@@ -10,7 +10,7 @@ sequence parallel) where the residual stream wants it.
 
 from __future__ import annotations
 
-from stage_core.parallel import FLAT, Mesh, Replicate, Shard, ShardedGraph, divisors, expert_tensors
+from stage_core.api import FLAT, Mesh, Replicate, Shard, ShardedGraph, divisors, expert_tensors
 
 from .stages import balanced_split, layer_weights
 

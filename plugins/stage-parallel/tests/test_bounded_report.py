@@ -3,8 +3,7 @@ the result equals the full lowering for every schedule and strategy, and the act
 peak follows each schedule's published in-flight count."""
 
 import pytest
-from stage_core.api import plan_job
-from stage_core.parallel.plan import Plan
+from stage_core.api import Plan, plan_job
 
 PLANS = [
     Plan(dp=2, micro_batches=29),

@@ -4,10 +4,7 @@ from collections import Counter
 
 import pytest
 
-from stage_core.models import param_counts
-from stage_core.parallel import Plan
-from stage_core.trace import CollectiveType as C
-from stage_core.trace import NodeType
+from stage_core.api import CollectiveType as C, NodeType, Plan, param_counts
 
 TOY = {"layers": "3"}  # toy: h 64, 4 heads, f 256, V 128, s 32
 

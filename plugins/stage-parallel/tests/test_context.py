@@ -6,10 +6,7 @@ import re
 
 import pytest
 
-from stage_core.api import plan_job
-from stage_core.errors import UsageError
-from stage_core.parallel import Plan
-from stage_core.trace import CollectiveType, NodeType
+from stage_core.api import CollectiveType, NodeType, Plan, UsageError, plan_job
 
 S, H, A, D = 32, 64, 4, 16  # the toy: sequence, hidden, heads (= query groups), head dim
 FLASH = {"attention": "flash"}

@@ -2,9 +2,7 @@
 
 import pytest
 
-from stage_core.api import plan_job
-from stage_core.errors import UsageError
-from stage_core.parallel import Plan
+from stage_core.api import Plan, UsageError, plan_job
 
 
 @pytest.mark.parametrize("plan", [Plan(dp=2, ep=2), Plan(tp=2, etp=1, sp=True)])
@@ -16,7 +14,7 @@ def test_expert_parallel_needs_routed_experts(host, plan):
 def test_the_expert_view_keeps_the_pipeline_stages():
     # Megatron-Core: with pp before dp in the order, edp must equal dp (checked for MoE
     # models only: a dense model has no expert layers, Llama 3's order takes any cp)
-    from stage_core.parallel import Mesh
+    from stage_core.api import Mesh
 
     assert not Mesh.from_plan(Plan(dp=4, ep=4, pp=2, order="tp-cp-ep-pp-dp")).expert_stages_match
     mesh = Mesh.from_plan(Plan(dp=4, ep=2, pp=2, order="tp-cp-ep-pp-dp", etp=1, tp=2, sp=True))

@@ -5,9 +5,8 @@ slot")."""
 
 import pytest
 
-from stage_core import sym
+from stage_core.api import examine_trace_set as examine, sym
 from stage_core.testing import matrix_overrides, plan_id, strategy_matrix
-from stage_core.validate import examine
 
 COMBOS = strategy_matrix()
 

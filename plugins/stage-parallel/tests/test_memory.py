@@ -3,8 +3,7 @@ Korthikanti et al. 2022's activation formulas, on GPT-shaped toy models."""
 
 import pytest
 
-from stage_core.api import plan_job
-from stage_core.parallel import Plan
+from stage_core.api import Plan, plan_job
 
 GIB = 2**30
 GB = 1e9

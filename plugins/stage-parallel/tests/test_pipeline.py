@@ -3,10 +3,7 @@ the activations a schedule keeps in flight, the tied embedding's gradient sum.""
 
 import pytest
 
-from stage_core.api import plan_job
-from stage_core.parallel import Plan
-from stage_core.schedule import gpipe, interleaved_1f1b, one_f_one_b
-from stage_core.trace import NodeType
+from stage_core.api import NodeType, Plan, gpipe, interleaved_1f1b, one_f_one_b, plan_job
 
 S, H, A = 32, 64, 4  # the toy's sequence, hidden size and heads
 
@@ -104,7 +101,7 @@ def test_schedules_order_steps_as_published():
      "the 3 layers must split into 6 equal chunks; --virtual-stages must divide 3; valid: 1, 3"),
 ])
 def test_bad_pipeline_plans_are_refused(host, plan, needle):
-    from stage_core.errors import UsageError
+    from stage_core.api import UsageError
 
     layers = "3" if plan.pp == 3 and plan.virtual_stages == 2 else "2" if plan.virtual_stages == 1 else "4"
     with pytest.raises(UsageError, match=needle.replace("(", r"\(")):

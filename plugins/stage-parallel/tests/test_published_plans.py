@@ -2,7 +2,7 @@
 
 import pytest
 
-from stage_core.cli import build_parser, plan_from_args
+from stage_core.api import plan_from_flags
 from stage_parallel.plans import builtin_plans
 
 PLANS = {p.name: p for p in builtin_plans()}
@@ -16,7 +16,6 @@ PLANS = {p.name: p for p in builtin_plans()}
 ])
 def test_published_plans_parse_with_their_world_size_and_batch(name, gpus, tokens_per_step):
     spec = PLANS[name]
-    args = build_parser(None).parse_args(["report", *spec.flags()])
-    _, _, plan, _ = plan_from_args(args)
+    plan = plan_from_flags(spec.flags()).plan
     assert plan.world_size == spec.world_size == gpus
     assert plan.global_batch * plan.seq_len == tokens_per_step

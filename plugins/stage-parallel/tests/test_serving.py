@@ -2,8 +2,7 @@
 
 import pytest
 
-from stage_core.parallel import Plan
-from stage_core.trace import CollectiveType, NodeType
+from stage_core.api import CollectiveType, NodeType, Plan
 
 H, L = 64, 2
 
@@ -44,7 +43,7 @@ HEADS, D = 4, 16  # the toy's 4 heads (4 KV groups) of 16
 
 def serve_set(host, tmp_path, prefill: Plan, decode: Plan):
     from stage_core.api import write_trace_set
-    from stage_core.serve import plan_serve
+    from stage_core.api import plan_serve
     from stage_core.testing import read_jsonl
 
     result = plan_serve(host, "toy", {}, prefill, decode)

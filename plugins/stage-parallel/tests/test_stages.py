@@ -3,10 +3,7 @@ embedding and the LM head counted as one layer each, as Megatron counts them).""
 
 import pytest
 
-from stage_core.api import plan_job
-from stage_core.errors import UsageError
-from stage_core.parallel import Plan
-from stage_core.trace import NodeType
+from stage_core.api import NodeType, Plan, UsageError, plan_job
 from stage_parallel.stages import balanced_split
 
 S, H, A = 32, 64, 4  # the toy's sequence, hidden size and heads

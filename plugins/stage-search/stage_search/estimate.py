@@ -27,8 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from stage_core.records import HardwareSpec
-from stage_core.trace import COMM_KEYS, NodeType, ProgramNode, TraceJob
-from stage_core.validate import replay
+from stage_core.api import COMM_KEYS, NodeType, ProgramNode, TraceJob, replay
 
 from .network import Network
 

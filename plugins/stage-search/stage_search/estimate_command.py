@@ -6,11 +6,8 @@ import argparse
 import json
 import time
 
-from stage_core import hardware
-from stage_core.api import Result, plan_job
-from stage_core.cli import add_gpu_flag, add_plan_flags, plan_from_args, with_named_plan
-from stage_core.errors import UsageError
-from stage_core.plugins import PluginHost
+from stage_core.api import (PluginHost, Result, UsageError, add_gpu_flag, add_plan_flags, hardware, plan_from_args,
+                            plan_job)
 from stage_core.records import HardwareSpec
 
 from .estimate import Estimate, estimate_job
@@ -28,12 +25,12 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     host = getattr(args, "stage_host", None) or PluginHost()
-    args = with_named_plan(args, host)
-    model, overrides, plan, _ = plan_from_args(args, host)
+    req = plan_from_args(args, host)
+    model, overrides, plan = req.model, req.overrides, req.plan
     if plan.task == "serve":
         raise UsageError("--task serve: stage estimate times one program per rank class; estimate each side "
                          "(--task prefill, --task decode) on its own")
-    hw = hardware.resolve(host, args.gpu or DEFAULT_GPU)
+    hw = hardware.resolve(host, req.gpu or DEFAULT_GPU)
     start = time.perf_counter()
     result = plan_job(host, model, overrides, plan, hw, max_nodes=args.max_nodes)
     est = estimate_job(result.job, hw)

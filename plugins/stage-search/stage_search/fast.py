@@ -38,11 +38,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from stage_core import hardware
-from stage_core.ir.tensor import DTYPE_BYTES
-from stage_core.parallel.mesh import Mesh
-from stage_core.parallel.overlap import MIN_PIECE_BYTES, WINDOW_USE
-from stage_core.parallel.plan import Plan
+from stage_core.api import DTYPE_BYTES, MIN_PIECE_BYTES, WINDOW_USE, Mesh, Plan, hardware
 from stage_core.records import HardwareSpec
 
 from .network import Network

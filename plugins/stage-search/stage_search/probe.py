@@ -31,15 +31,8 @@ from dataclasses import dataclass
 from math import gcd
 from typing import Mapping
 
-from stage_core.api import plan_job
-from stage_core.errors import UsageError
-from stage_core.ir.tensor import DTYPE_BYTES
-from stage_core.parallel.lower import Timing
-from stage_core.parallel.mesh import Mesh
-from stage_core.parallel.plan import Plan
+from stage_core.api import DTYPE_BYTES, Mesh, NodeType, Plan, Timing, UsageError, plan_job, replay
 from stage_core.records import HardwareSpec
-from stage_core.trace import NodeType
-from stage_core.validate import replay
 
 from .estimate import _KIND, _World
 from .network import Network

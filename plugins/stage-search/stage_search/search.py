@@ -23,12 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from stage_core import hardware
-from stage_core.api import plan_job, resolve_model
-from stage_core.cli import with_plan_preset, plan_from_args
-from stage_core.errors import UsageError
-from stage_core.parallel.plan import Plan
-from stage_core.plugins import PluginHost
+from stage_core.api import Plan, PluginHost, UsageError, hardware, plan_from_settings, plan_job, resolve_model
 
 from . import probe
 from .estimate import estimate_job
@@ -323,17 +318,14 @@ def _reference(host, args) -> _Reference | None:
     if not args.compare:
         return None
     spec = host.plan(args.compare)
-    from stage_core.cli import build_parser
-
-    ns = build_parser(None).parse_args(["report"])
-    ns = with_plan_preset(ns, spec)
-    _, _, plan, _ = plan_from_args(ns, host)
+    req = plan_from_settings({"plan": spec.name}, host)
+    plan = req.plan
     if plan.world_size != args.gpus:
         raise UsageError(f"--compare {args.compare}: runs on {plan.world_size:,} GPUs, not --gpus {args.gpus:,}")
     if plan.stage_layers == "auto":  # the split the pp strategy makes, for the fast estimate
         _, config = resolve_model(host, spec.settings.get("model", args.model), {})
         plan = plan.replace(stage_layers=balanced(config.layers, plan.pp * plan.virtual_stages))
-    return _Reference(spec.name, plan, getattr(ns, "gpu", None))
+    return _Reference(spec.name, plan, req.gpu)
 
 
 def _rank(ranked: list[Entry], entry: Entry) -> int:

@@ -24,9 +24,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Iterable, Sequence
 
-from stage_core.errors import UsageError
-from stage_core.parallel.plan import Plan, divisors
-from stage_core.parallel.split import balanced_split
+from stage_core.api import Plan, UsageError, balanced_split, divisors
 
 TP = (1, 2, 4, 8, 16, 32, 64)
 CP = (1, 2, 4, 8, 16)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from stage_core.errors import UsageError
+from stage_core.api import UsageError
 
 #: settings that describe the machine rather than the plan
 HARDWARE_KEYS = ("system",)

@@ -12,11 +12,10 @@ import json
 import os
 import sys
 import time
-from functools import lru_cache
 from pathlib import Path
 
 from stage_core import __version__
-from stage_core.errors import UsageError
+from stage_core.api import UsageError, setting_names
 
 from . import spec as spec_mod
 from . import table, units
@@ -24,19 +23,10 @@ from . import table, units
 HELP = "evaluate a grid of models x plans x hardware (SPEC.toml) into one table, incrementally"
 
 
-@lru_cache(maxsize=1)
 def plan_flag_names() -> tuple[str, ...]:
-    """The long flags of ``stage report`` that describe a model and plan, without dashes."""
-    from stage_core.cli import build_parser
-
-    parser = build_parser(None)
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    names = []
-    for action in sub.choices["report"]._actions:
-        for opt in action.option_strings:
-            if opt.startswith("--") and opt not in ("--help", "--json") and not opt.startswith("--no-"):
-                names.append(opt[2:])
-    return tuple(names)
+    """The settings a grid may name: ``stage report``'s model and plan flags, without dashes
+    (strategy options of installed plugins included)."""
+    return tuple(n for n in setting_names(units._host()) if n != "max-nodes")
 
 
 def configure(p: argparse.ArgumentParser) -> None:

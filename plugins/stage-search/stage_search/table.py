@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from stage_core.errors import UsageError
+from stage_core.api import UsageError
 
 FORMATS = (".csv", ".json", ".parquet")
 

@@ -13,7 +13,7 @@ import json
 from functools import lru_cache
 from typing import Any
 
-from stage_core.errors import UsageError
+from stage_core.api import UsageError
 
 #: what a point can compute: the report's costs; the step time estimated on a GPU (the
 #: replay of ``stage estimate``); the step time in a simulator of ``stage_simulators``
@@ -38,31 +38,24 @@ def unit_id(unit: dict[str, Any]) -> str:
 
 @lru_cache(maxsize=1)
 def _host():
-    from stage_core.plugins import PluginHost
+    from stage_core.api import PluginHost
 
     return PluginHost()
 
 
-@lru_cache(maxsize=1)
-def _report_parser():
-    from stage_core.cli import build_parser
-
-    return build_parser(None)
-
-
 def evaluate(unit: dict[str, Any]) -> dict[str, Any]:
     """The row of one unit.  A plan the core refuses is a row with status "invalid"."""
-    from stage_core import hardware
+    from stage_core.api import hardware
     from stage_core.api import plan_job
-    from stage_core.cli import plan_from_args
+    from stage_core.api import plan_from_flags
 
     measure = unit.get("measure", "report")
     hw = None
     try:
-        args = _report_parser().parse_args(["report", *unit["flags"]])
-        model, overrides, plan, _ = plan_from_args(args, _host())
+        req = plan_from_flags(unit["flags"], _host())
+        model, overrides, plan = req.model, req.overrides, req.plan
         if measure != "report":
-            name = unit["hardware"].get("system") or getattr(args, "gpu", None) or DEFAULT_GPU
+            name = unit["hardware"].get("system") or req.gpu or DEFAULT_GPU
             hw = hardware.resolve(_host(), name, "system")
         result = plan_job(_host(), model, overrides, plan, hw, programs=measure != "report")
     except UsageError as exc:

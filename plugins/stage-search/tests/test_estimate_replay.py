@@ -5,11 +5,8 @@ import math
 
 import pytest
 
-from stage_core.api import plan_job
-from stage_core.cli import main
-from stage_core.parallel.plan import Plan
+from stage_core.api import CollectiveType, NodeType, Plan, ProgramNode, RankProgram, TraceJob, main, plan_job
 from stage_core.testing import fresh_host, toy_plugin
-from stage_core.trace import CollectiveType, NodeType, ProgramNode, RankProgram, TraceJob
 from stage_search.estimate import estimate_job
 from search_hardware import H100, Hardware
 

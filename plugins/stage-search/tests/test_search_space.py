@@ -3,8 +3,7 @@
 import numpy as np
 import pytest
 
-from stage_core.parallel.plan import Plan
-from stage_core.schedule.orders import gpipe, interleaved_1f1b, one_f_one_b
+from stage_core.api import Plan, gpipe, interleaved_1f1b, one_f_one_b
 from stage_search import fast
 from stage_search.search import pareto, plan_flags
 from stage_search.space import Constraints, balanced, enumerate_plans, stage_layers
@@ -33,13 +32,12 @@ def test_a_small_space_by_hand():
 
 
 def test_plans_come_back_from_their_flags():
-    from stage_core.cli import build_parser, plan_from_args
+    from stage_core.api import plan_from_flags
 
     plan = Plan(tp=8, cp=2, pp=16, dp=8, sp=True, zero=1, recompute="selective", schedule="interleaved",
                 virtual_stages=2, micro_batch_size=2, micro_batches=64, seq_len=8192,
                 stage_layers=balanced(126, 32))
-    args = build_parser(None).parse_args(["report", *plan_flags(plan)])
-    assert plan_from_args(args)[2] == plan
+    assert plan_from_flags(plan_flags(plan)).plan == plan
 
 
 def test_the_fast_pipeline_of_1f1b_by_hand():

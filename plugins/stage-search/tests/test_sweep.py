@@ -8,8 +8,7 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from stage_core.cli import main
-from stage_core.errors import UsageError
+from stage_core.api import UsageError, main
 from stage_search import executors, spec, units
 from stage_search.sweep import plan_flag_names, run_sweep
 

@@ -1,0 +1,75 @@
+"""Schedule steps, and the structure every schedule's order must have.
+
+A schedule (``ScheduleSpec.order(stages, micro_batches, virtual)``) returns, for each
+pipeline stage, the list of steps it runs in order.  A step is ``(kind, micro_batch,
+chunk)``: ``chunk`` is the virtual stage on that rank (0 without interleaving) and
+``kind`` one of :data:`STEP_KINDS`, as in the zero-bubble paper (Qi et al., ICLR 2024):
+
+* ``"F"``: the forward of the micro-batch through the chunk;
+* ``"B"``: its backward: the whole backward, or, when the stage also has a ``"W"``
+  step for that micro-batch and chunk, only the ops on the path to the input
+  gradient (and its send to the previous stage);
+* ``"W"``: the weight gradients of that micro-batch and chunk (the weight-gradient
+  matmuls, norm and bias gradients) and the gradient buckets they complete.
+
+The host checks an order before anything is lowered (:func:`order_problem`): one list
+per stage; known kinds; micro-batches and chunks in range; every (micro-batch, chunk)
+exactly one F and one B per stage, at most one W, F before B before W.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+#: the kinds of schedule step
+STEP_KINDS = ("F", "B", "W")
+#: a schedule step: (kind, micro-batch, chunk)
+Step = tuple[str, int, int]
+
+
+def _is_index(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def order_problem(order: Any, stages: int, micro_batches: int, virtual: int) -> str | None:
+    """What is wrong with a schedule's ``order`` for ``stages`` x ``micro_batches`` x
+    ``virtual``, in one line, or None when it is well formed."""
+    if isinstance(order, (str, bytes)) or not isinstance(order, Sequence):
+        return f"order is a {type(order).__name__}, not one list of steps per stage"
+    if len(order) != stages:
+        return f"order has {len(order)} step lists for {stages} pipeline stages"
+    for stage, steps in enumerate(order):
+        if isinstance(steps, (str, bytes)) or not isinstance(steps, Sequence):
+            return f"stage {stage}: steps are a {type(steps).__name__}, not a list of (kind, micro-batch, chunk)"
+        seen: dict[tuple[int, int], list[str]] = {}
+        for i, step in enumerate(steps):
+            if not isinstance(step, Sequence) or isinstance(step, (str, bytes)) or len(step) != 3:
+                return f"stage {stage}, step {i}: {step!r} is not a (kind, micro-batch, chunk) triple"
+            kind, mb, chunk = step
+            if kind not in STEP_KINDS:
+                return (f"stage {stage}, step {i}: unknown step kind {kind!r}; known: "
+                        f"{', '.join(STEP_KINDS)} (forward, backward for inputs, weight gradients)")
+            if not _is_index(mb) or mb >= micro_batches:
+                return f"stage {stage}, step {i} {tuple(step)}: micro-batch {mb!r} is not in 0..{micro_batches - 1}"
+            if not _is_index(chunk) or chunk >= virtual:
+                return f"stage {stage}, step {i} {tuple(step)}: chunk {chunk!r} is not in 0..{virtual - 1}"
+            done = seen.setdefault((mb, chunk), [])
+            if kind in done:
+                return f"stage {stage}, step {i}: {kind} of micro-batch {mb}, chunk {chunk} runs twice"
+            if kind == "B" and "F" not in done:
+                return f"stage {stage}, step {i}: B of micro-batch {mb}, chunk {chunk} comes before its F"
+            if kind == "W" and "B" not in done:
+                return f"stage {stage}, step {i}: W of micro-batch {mb}, chunk {chunk} comes before its B"
+            done.append(kind)
+        for mb in range(micro_batches):
+            for chunk in range(virtual):
+                done = seen.get((mb, chunk), [])
+                for kind in ("F", "B"):
+                    if kind not in done:
+                        return f"stage {stage}: micro-batch {mb}, chunk {chunk} has no {kind} step"
+    return None
+
+
+def split_backwards(order: Sequence[Sequence[Step]]) -> list[set[tuple[int, int]]]:
+    """Per stage, the (micro-batch, chunk) pairs whose backward is split into B and W."""
+    return [{(mb, chunk) for kind, mb, chunk in steps if kind == "W"} for steps in order]
