@@ -243,7 +243,7 @@ def _extrapolate(sample: Lowered, plan: Plan, count: int, order: Order) -> list[
         if not report.steps or generic != _deltas(report, count - 2):
             return None
         nodes, kernel_bytes, flops, comm = generic
-        acts = report.chunk_activations
+        acts = (report.chunk_activations, report.chunk_hold)
         if _peak(order, plan, count, stage, acts) != report.memory_bytes["activations"]:
             return None
         peak = _peak_at(order, plan, stage, acts)
@@ -260,21 +260,31 @@ def _extrapolate(sample: Lowered, plan: Plan, count: int, order: Order) -> list[
     return out
 
 
-def _peak(order: Order, plan: Plan, count: int, stage: int, acts: dict[int, int]) -> int:
+def _peak(order: Order, plan: Plan, count: int, stage: int, acts: tuple[dict[int, int], dict[int, int]]) -> int:
     """Activation bytes stage ``stage`` holds at most over the schedule's steps: a forward
-    keeps its chunk's activations until that micro-batch's backward frees them."""
+    keeps its chunk's activations until that micro-batch's backward frees them; a split
+    backward's B keeps what its W reads (``acts``: per chunk, the activations and that
+    hold) until the W."""
+    kept, hold = acts
+    steps = order(plan.pp, count, plan.virtual_stages)[stage]
+    split = {(m, local) for kind, m, local in steps if kind == "W"}
     live = peak = 0
-    for kind, _, local in order(plan.pp, count, plan.virtual_stages)[stage]:
+    for kind, m, local in steps:
         chunk = local * plan.pp + stage
         if kind == "F":
-            live += acts[chunk]
+            live += kept[chunk]
             peak = max(peak, live)
+        elif kind == "B":
+            live -= kept.get(chunk, 0)
+            if (m, local) in split:
+                live += hold.get(chunk, 0)
+                peak = max(peak, live)
         else:
-            live -= acts.get(chunk, 0)
+            live -= hold.get(chunk, 0)
     return peak
 
 
-def _peak_at(order: Order, plan: Plan, stage: int, acts: dict[int, int]) -> int | None:
+def _peak_at(order: Order, plan: Plan, stage: int, acts: tuple[dict[int, int], dict[int, int]]) -> int | None:
     """The activation peak at the plan's micro-batch count: walked when the schedule is
     short, else extrapolated from walks at three counts past the warm-up (None if those
     are not affine)."""

@@ -67,6 +67,7 @@ class ClassReport:
     # state after each schedule step, and the activation bytes a micro-batch keeps per chunk
     steps: list[Step] = field(default_factory=list, repr=False)
     chunk_activations: dict[int, int] = field(default_factory=dict, repr=False)
+    chunk_hold: dict[int, int] = field(default_factory=dict, repr=False)  # kept from a split B to its W
 
     def to_dict(self) -> dict:
         return {
@@ -313,6 +314,7 @@ class _Program:
         self.steps: list[Step] = []
         self.kernel_bytes = 0  # bytes the kernels read and write
         self.chunk_acts: dict[int, int] = {}  # activation bytes a micro-batch keeps in each chunk
+        self.chunk_hold: dict[int, int] = {}  # of which a split backward's W still holds after its B
         self.background: dict[int, Background] = {}
         self.last_gather: int | None = None  # the step's last parameter gather (ZeRO-3)
         self.not_before: int | None = None  # nodes emitted now wait for this one (recompute)
@@ -713,27 +715,93 @@ class Lowerer:
         return f"pp{'+' if delta >= 0 else '-'}{abs(delta)}"
 
     # ------------------------------------------------------------------ one program per stage
+    @cached_property
+    def weight_ops(self) -> set[Op]:
+        """Backward ops that compute weight gradients only (W of a split backward, as in the
+        zero-bubble paper): every output a parameter's gradient, or read only by such ops
+        (a sum of a tied weight's parts).  A kernel that writes an input gradient too (a
+        norm's backward, which gives dx, dgamma and dbeta at once) stays in B; a registered
+        kernel may say otherwise (``KernelDef.weight``)."""
+        readers: dict[Tensor, list[Op]] = {}
+        for op in self.bwd_ops:
+            for t in op.inputs:
+                readers.setdefault(t, []).append(op)
+        out: set[Op] = set()
+        for op in reversed(self.bwd_ops):
+            declared = op.attrs.get("weight_grad")
+            if declared is not None:
+                if declared:
+                    out.add(op)
+                continue
+            if op.outputs and all(t.grad_of in self.params or (readers.get(t) and all(r in out for r in readers[t]))
+                                  for t in op.outputs):
+                out.add(op)
+        return out
+
+    def weight_hold(self, chunk: int) -> int:
+        """Bytes a split backward keeps from its B to its W in ``chunk``: what the W ops read
+        that they do not make (the inputs of the weight-gradient matmuls and the output
+        gradients B made), as produced."""
+        held: dict[Tensor, dict] = {}
+        w = self.weight_ops
+        for op in self.chunk_ops(self.bwd_ops, chunk):
+            if op not in w:
+                continue
+            for t in op.inputs:
+                if t.role in (Role.ACTIVATION, Role.GRADIENT) and self.producer.get(t) not in w:
+                    held[t] = self.prop.kept.get(t, self.prop.produced.get(t, {}))
+        return sum(self.sizes.nbytes(t, layout) for t, layout in held.items())
+
+    def expected_emissions(self, op: Op, stage: int) -> int:
+        """How many times ``op`` runs on ``stage`` in a step: once per micro-batch, and a sum
+        whose parts live on several chunks once per chunk of the stage holding parts."""
+        if self.chunk[op] is not None:
+            return self.plan.micro_batches
+        chunks = [c for c in range(stage, self.chunks, self.stages) if self.local_parts(op, c)]
+        return self.plan.micro_batches * len(chunks)
+
+    # ------------------------------------------------------------------ one program per stage
     def program(self, stage: int) -> tuple[_Program, int]:
         """The program of pipeline stage ``stage`` and its peak activation bytes."""
         prog = _Program()
         m_total = self.plan.micro_batches
         prog.tags = m_total * len(self.crossings)  # pipeline tags come first; kernels' own messages follow
         order = self.schedule(self.stages, m_total, self.virtual)[stage]
+        split = {(m, lc) for kind, m, lc in order if kind == "W"}  # all or none (schedule.steps checks)
         buckets = self.plan_buckets(stage)
-        by_last_op: dict[Op, list[int]] = {}
-        for i, (_, last_op, _axes) in enumerate(buckets):
-            by_last_op.setdefault(last_op, []).append(i)
+        # a bucket is reduced as soon as its last gradient is final: after the last run of every op making one
+        pending = [{self.producer[self.g.grads[p]] for p in bucket} for bucket, _, _ in buckets]
+        by_producer: dict[Op, list[int]] = {}
+        for i, ops in enumerate(pending):
+            for op in ops:
+                by_producer.setdefault(op, []).append(i)
+        runs: dict[Op, int] = {}
         syncs: dict[int, list[int]] = {}
         per_mb: dict[int, dict] = {}
         index = {x: i for i, x in enumerate(self.crossings)}
         chunk_acts = prog.chunk_acts
+        held = prog.chunk_hold
         live = peak = 0
-        done_backward = {c: 0 for c in range(self.chunks)}
+        weight = self.weight_ops
+
+        def emit_backward(op: Op, c: int, versions: dict, tag: str, gathers: dict) -> None:
+            if self.chunk[op] is None:
+                self.emit_partial_sum(prog, op, c, versions, f"{tag}.bwd")
+            else:
+                self.emit_op(prog, op, versions, f"{tag}.bwd", gathers, BACKWARD)
+            if op in by_producer:
+                runs[op] = runs.get(op, 0) + 1
+                if runs[op] == self.expected_emissions(op, stage):
+                    for i in by_producer[op]:
+                        pending[i].discard(op)
+                        if not pending[i]:
+                            syncs[i] = self.emit_bucket_sync(prog, i, buckets[i][0], buckets[i][2], versions)
+
         for kind, m, local_chunk in order:
             c = local_chunk * self.stages + stage
             versions = per_mb.setdefault(m, {})
             tag = f"mb{m}" + (f".chunk{c}" if self.chunks > 1 else "")
-            phase = "F" if kind == "F" else "B"
+            phase = kind  # W has no pipeline messages: B sends the input gradient
             for x in self.crossings:
                 t, src, dst, ph = x
                 if dst == c and ph == phase:
@@ -750,12 +818,13 @@ class Lowerer:
                     chunk_acts[c] = self.activation_bytes(c)
                 live += chunk_acts[c]
                 peak = max(peak, live)
-            else:
-                last = done_backward[c] == m_total - 1
-                done_backward[c] += 1
+            elif kind == "B":
+                splitting = (m, local_chunk) in split
                 gathers = self.layer_gathers(c)  # gathered again for backward
                 recomputed: set = set()
                 for op in self.chunk_ops(self.bwd_ops, c):
+                    if splitting and op in weight:
+                        continue
                     fwd = op.forward_op
                     if fwd is not None and fwd in self.recompute_set:
                         region = self._region_key(fwd)
@@ -768,14 +837,19 @@ class Lowerer:
                                 if f in self.recompute_set and self._region_key(f) == region:
                                     self.emit_op(prog, f, versions, f"{tag}.recompute", gathers, BACKWARD)
                             prog.not_before = None
-                    if self.chunk[op] is None:
-                        self.emit_partial_sum(prog, op, c, versions, f"{tag}.bwd")
-                    else:
-                        self.emit_op(prog, op, versions, f"{tag}.bwd", gathers, BACKWARD)
-                    if last:  # a bucket is reduced as soon as its last gradient is final
-                        for i in by_last_op.get(op, ()):
-                            syncs[i] = self.emit_bucket_sync(prog, i, buckets[i][0], buckets[i][2], versions)
+                    emit_backward(op, c, versions, tag, gathers)
                 live -= chunk_acts.get(c, 0)
+                if splitting:
+                    if c not in held:
+                        held[c] = self.weight_hold(c)
+                    live += held[c]
+                    peak = max(peak, live)
+            else:  # W: the weight gradients of a split backward (recomputed inputs were kept since B)
+                gathers = self.layer_gathers(c)
+                for op in self.chunk_ops(self.bwd_ops, c):
+                    if op in weight:
+                        emit_backward(op, c, versions, tag + ".w", gathers)
+                live -= held.get(c, 0)
             for x in self.crossings:
                 t, src, dst, ph = x
                 if src == c and ph == phase:
@@ -784,6 +858,10 @@ class Lowerer:
                              self.sizes.nbytes(t, self.prop.produced.get(t, {})),
                              self.peer_key(src, dst, True), 1 + m * len(self.crossings) + index[x], deps)
             prog.end_step(m)
+        unsynced = [i for i, ops in enumerate(pending) if ops]
+        if unsynced:  # every gradient's maker runs on this stage: a bucket left means lowering lost one
+            raise RuntimeError(f"stage {stage}: gradient buckets {unsynced} never completed "
+                               f"({sorted(op.name for op in pending[unsynced[0]])[:3]} did not run every micro-batch)")
         self.emit_optimizer(prog, stage, buckets, syncs, per_mb.get(m_total - 1, {}))
         prog.finish(self.timing(stage))
         return prog, peak
@@ -974,7 +1052,7 @@ class Lowerer:
             flops["model"] = prog.model_flops
             reports.append(ClassReport(ranks, flops, self.memory(stage, peak), dict(prog.comm), nodes=len(prog.nodes),
                                        kernel_bytes=prog.kernel_bytes, steps=prog.steps,
-                                       chunk_activations=dict(prog.chunk_acts)))
+                                       chunk_activations=dict(prog.chunk_acts), chunk_hold=dict(prog.chunk_hold)))
             programs.append(RankProgram(ranks, tuple(prog.nodes), label=f"stage{stage}"))
         return Lowered(programs, reports, set(self.group_keys), self.stage_layers)
 

@@ -14,7 +14,8 @@ chunk)``: ``chunk`` is the virtual stage on that rank (0 without interleaving) a
 
 The host checks an order before anything is lowered (:func:`order_problem`): one list
 per stage; known kinds; micro-batches and chunks in range; every (micro-batch, chunk)
-exactly one F and one B per stage, at most one W, F before B before W.
+exactly one F and one B per stage, at most one W, F before B before W; a stage splits
+every backward or none.
 """
 
 from __future__ import annotations
@@ -67,6 +68,10 @@ def order_problem(order: Any, stages: int, micro_batches: int, virtual: int) -> 
                 for kind in ("F", "B"):
                     if kind not in done:
                         return f"stage {stage}: micro-batch {mb}, chunk {chunk} has no {kind} step"
+        splits = sum("W" in done for done in seen.values())
+        if splits not in (0, micro_batches * virtual):
+            return (f"stage {stage}: {splits} of its {micro_batches * virtual} backwards are split into B and W; "
+                    f"a stage splits all of them or none")
     return None
 
 

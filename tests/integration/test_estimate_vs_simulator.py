@@ -9,7 +9,7 @@ import pytest
 from stage_adapter_astrasim import configs, netyml
 from stage_core import hardware
 from stage_core.flow import comm_groups_json, plan_job, write_trace_set
-from stage_core.cli import build_parser, plan_from_args
+from stage_core.planning import plan_from_flags
 from stage_core.trace import CollectiveType, NodeType, ProgramNode, RankProgram, TraceJob
 from stage_search import network
 from stage_search.estimate import estimate_job
@@ -87,7 +87,8 @@ PLANS = [
 
 @pytest.mark.parametrize("flags", PLANS)
 def test_a_plan_steps_as_the_simulator_steps_it(host, simulate, tmp_path, flags):
-    model, overrides, plan, _ = plan_from_args(build_parser(None).parse_args(["report", *flags.split()]))
+    req = plan_from_flags(flags.split())
+    model, overrides, plan = req.model, req.overrides, req.plan
     hw = hardware.resolve(host, "h100")
     result = plan_job(host, model, overrides, plan, hw)
     estimate = estimate_job(result.job, hw)
@@ -106,7 +107,8 @@ def test_a_collective_whose_members_issue_apart_ends_apart_as_in_the_simulator(h
     all-gather after the optimizer ends the step earlier.  Timed from the last issue,
     the estimate came out 924 ns (zero 1) and 1000 ns (zero 3) long."""
     flags = (f"--model gpt-tiny --tp 2 --pp 2 --dp 2 --zero {zero} --micro-batches 4 --seq-len 64")
-    model, overrides, plan, _ = plan_from_args(build_parser(None).parse_args(["report", *flags.split()]))
+    req = plan_from_flags(flags.split())
+    model, overrides, plan = req.model, req.overrides, req.plan
     hw = hardware.resolve(host, "h100")
     result = plan_job(host, model, overrides, plan, hw)
     estimate = estimate_job(result.job, hw)

@@ -274,12 +274,12 @@ def test_published_mixtral_plan_all_to_all_by_hand():
     # mixtral-8x7b-megatron: pp4 x 8 virtual stages of one layer, so 8 MoE layers per rank;
     # 256 sequences over dp16 = 16 micro-batches; 4 all-to-alls of T·k·h·2 per layer and
     # micro-batch over the ep8 group (carved out of dp16: edp 2)
-    from stage_core.cli import build_parser, plan_from_args
+    from stage_core.planning import plan_from_settings
     from stage_core.plugins import PluginHost
 
     host = PluginHost()
-    model, overrides, plan, _ = plan_from_args(build_parser(host).parse_args(["report", "--plan",
-                                                                              "mixtral-8x7b-megatron"]), host)
+    req = plan_from_settings({"plan": "mixtral-8x7b-megatron"}, host)
+    model, overrides, plan = req.model, req.overrides, req.plan
     assert (plan.ep, plan.dp, plan.expert_dp, plan.world_size) == (8, 16, 2, 64)
     result = plan_job(host, model, overrides, plan, programs=False)
     per = T * MIXTRAL["k"] * MIXTRAL["h"] * 2

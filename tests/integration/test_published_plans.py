@@ -6,7 +6,7 @@ import time
 import pytest
 
 from stage_core.flow import plan_job
-from stage_core.cli import build_parser, plan_from_args
+from stage_core.planning import plan_from_settings
 from stage_core.models import evaluate_sum
 from stage_core.plugins import PluginHost
 
@@ -37,8 +37,8 @@ def test_the_published_plans_are_there():
 
 @pytest.mark.parametrize("name", PLANS)
 def test_published_plan_reports_adds_up_and_fits(name):
-    args = build_parser(HOST).parse_args(["report", "--plan", name])
-    model, overrides, plan, _ = plan_from_args(args, HOST)
+    req = plan_from_settings({"plan": name}, HOST)
+    model, overrides, plan = req.model, req.overrides, req.plan
     start = time.process_time()
     result = plan_job(HOST, model, overrides, plan, programs=False)  # what stage report runs
     assert time.process_time() - start < 120  # planning is per rank class, not per rank

@@ -74,10 +74,9 @@ def test_search_ranks_simulates_and_reports(host, tmp_path, capsys):
     assert all(p["memory_bytes"] <= table["gpu_memory_bytes"] for p in plans)
     # the best plan, written and run again, is the plan the table names
     best = plans[0]
-    from stage_core.cli import build_parser, plan_from_args
+    from stage_core.planning import plan_from_flags
 
-    model, overrides, plan, _ = plan_from_args(build_parser(None).parse_args(["report", "--model", MODEL,
-                                                                              "--set", "layers=4", *best["plan"]]))
+    plan = plan_from_flags(["--model", MODEL, "--set", "layers=4", *best["plan"]]).plan
     assert plan.world_size == 8 and plan.global_batch == 8
     if table["simulator"]["ran"]:  # the simulator ran the best two: the replay is its step
         for p in plans[:2]:
