@@ -31,11 +31,12 @@ from .models import DTYPES, ModelConfig, check_choice, check_divides, check_int,
 from .parallel import Plan
 from .plugins import PluginHost
 from .rankset import parse_ranks
-from .records import BackendSpec, ModelSpec
+from .parallel.placement import Replicate
+from .records import BackendSpec, ModelSpec, StrategySpec
 from .trace import NodeType, TraceNode, TraceSet
 
 __all__ = ["fresh_host", "ToyConfig", "build_toy", "toy_plugin", "write_jsonl", "read_jsonl", "jsonl_plugin",
-           "check_trace_set", "strategy_matrix", "matrix_overrides", "plan_id", "stage_host"]
+           "check_trace_set", "strategy_matrix", "matrix_overrides", "plan_id", "stage_host", "reference_strategies"]
 
 
 def fresh_host(*plugins: tuple[object, str], disabled: Iterable[str] = ()) -> PluginHost:
@@ -198,6 +199,40 @@ class _JsonlPlugin:
 
 
 jsonl_plugin = _JsonlPlugin()
+
+
+# --------------------------------------------------------------------------- reference strategies
+
+
+class _ReferencePlugin:
+    """Data and pipeline parallel as the core needs them, nothing more (stage-parallel's
+    dp and pp declare the same): so a schedule or model plugin can lower pipelined and
+    data-parallel plans in its own tests, with only the core installed."""
+
+    @staticmethod
+    def apply_dp(sg, mesh, plan):
+        if plan.dp > 1:
+            sg.shard_inputs("dp", "b")
+            sg.grad_target["dp"] = Replicate()
+        return sg
+
+    @staticmethod
+    def apply_pp(sg, mesh, plan):
+        sg.pipeline = (plan.pp, plan.virtual_stages)
+        if isinstance(plan.stage_layers, tuple):
+            sg.stage_layers = tuple(plan.stage_layers)
+        return sg
+
+    @hookimpl
+    def stage_strategies(self):
+        return [StrategySpec("dp", "dp", lambda model, plan: [], self.apply_dp, order=10,
+                             description="reference data parallel (stage_core.testing)"),
+                StrategySpec("pp", "pp", lambda model, plan: [], self.apply_pp, order=50,
+                             description="reference pipeline parallel (stage_core.testing)")]
+
+
+#: reference ``dp`` and ``pp`` strategies for tests without stage-parallel
+reference_strategies = _ReferencePlugin()
 
 
 # --------------------------------------------------------------------------- trace checks
