@@ -448,6 +448,7 @@ def build_parser(host: PluginHost | None) -> argparse.ArgumentParser:
             if spec.name in sub.choices:
                 raise PluginError(f"plugin {spec.plugin!r} adds command {spec.name!r}, which exists already")
             p = sub.add_parser(spec.name, help=spec.help)
+            p.stage_host = host  # add_plan_flags and add_gpu_flag list the host's schedules, options, presets
             spec.configure(p)
             p.set_defaults(run=lambda h, a, _spec=spec: _spec.run(a))
     return parser

@@ -65,6 +65,8 @@ def add_plan_flags(p: argparse.ArgumentParser, host=None) -> None:
     that take a plan add them too and read them back with :func:`plan_from_args`.  With a
     ``host``, the schedules it knows are listed in ``--help``."""
     # every default is None: a flag left out takes the --plan's value, else the Plan default
+    if host is None:  # a plugin command's parser: the host it runs with (stage_core.cli sets it)
+        host = getattr(p, "stage_host", None)
     g = p.add_argument_group("model")
     g.add_argument("--model", help=f"a preset name (see `stage models`) or a Hugging Face config.json "
                                    f"(default: {DEFAULT_MODEL})")
@@ -142,6 +144,8 @@ def _add_option_flags(p: argparse.ArgumentParser, host) -> None:
 
 def add_gpu_flag(p: argparse.ArgumentParser, host=None) -> None:
     """``--gpu``: a hardware preset (listed from ``host``) or a hardware file."""
+    if host is None:
+        host = getattr(p, "stage_host", None)
     presets = [h.name for h in host.hardware()] if host is not None else []
     p.add_argument("--gpu", metavar="|".join([*presets, "FILE"]),
                    help="time every kernel on this GPU: a hardware preset or a hardware file (`stage calibrate` "

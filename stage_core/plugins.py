@@ -288,6 +288,7 @@ class PluginHost:
         add("models", [p for s in self.models() for p in
                        [dataclasses.replace(s, name=n) for n in sorted(s.presets)]])
         add("strategies", self.strategies())
+        add("options", [dataclasses.replace(s, name=f"--{o.name}") for s in self.strategies() for o in s.options])
         add("schedules", self.schedules())
         add("trace_backends", self.backends())
         add("commands", self.commands())
