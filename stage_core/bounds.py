@@ -265,12 +265,15 @@ def _peak(order: Order, plan: Plan, count: int, stage: int, acts: tuple[dict[int
     keeps its chunk's activations until that micro-batch's backward frees them; a split
     backward's B keeps what its W reads (``acts``: per chunk, the activations and that
     hold) until the W."""
+    from .schedule.steps import chunk_of
+
     kept, hold = acts
+    placement = getattr(order, "placement", "loop")
     steps = order(plan.pp, count, plan.virtual_stages)[stage]
     split = {(m, local) for kind, m, local in steps if kind == "W"}
     live = peak = 0
     for kind, m, local in steps:
-        chunk = local * plan.pp + stage
+        chunk = chunk_of(placement, stage, local, plan.pp)
         if kind == "F":
             live += kept[chunk]
             peak = max(peak, live)

@@ -21,7 +21,7 @@ from .guard import Owner, PluginFault, fault
 from .ir.graph import Graph
 from .ir.ops import Op
 from .parallel.placement import FLAT, Partial, Replicate, Shard, ShardedGraph, dim_position
-from .schedule.steps import order_problem
+from .schedule.steps import PLACEMENTS, order_problem
 
 
 # --------------------------------------------------------------------------- models
@@ -145,16 +145,26 @@ def _is_dim_name(graph: Graph, name: str) -> bool:
 # --------------------------------------------------------------------------- schedules
 
 
-def checked_order(order: Callable, owner: Owner) -> Callable:
-    """``order(stages, micro_batches, virtual)``, each result checked (a PluginFault names
-    the schedule and the first problem)."""
+class CheckedOrder:
+    """A schedule's ``order(stages, micro_batches, virtual)``, each result checked (a
+    PluginFault names the schedule and the first problem); ``placement`` is the schedule's."""
 
-    def checked(stages: int, micro_batches: int, virtual: int = 1):
-        got = order(stages, micro_batches, virtual)
+    def __init__(self, order: Callable, owner: Owner, placement: str = "loop"):
+        self.order, self.owner, self.placement = order, owner, placement
+
+    def __call__(self, stages: int, micro_batches: int, virtual: int = 1):
+        got = self.order(stages, micro_batches, virtual)
         problem = order_problem(got, stages, micro_batches, virtual)
         if problem is not None:
-            raise PluginFault(f"{owner}: its order for pp {stages}, {micro_batches} micro-batches, {virtual} virtual "
-                              f"stage{'s' if virtual != 1 else ''}: {problem}")
+            raise PluginFault(f"{self.owner}: its order for pp {stages}, {micro_batches} micro-batches, {virtual} "
+                              f"virtual stage{'s' if virtual != 1 else ''}: {problem}")
         return [list(map(tuple, steps)) for steps in got]
 
-    return checked
+
+def checked_order(spec, owner: Owner) -> CheckedOrder:
+    """The order of schedule ``spec``, checked, after checking the spec's own declarations."""
+    if spec.placement not in PLACEMENTS:
+        raise fault(owner, f"placement {spec.placement!r}; known: {', '.join(PLACEMENTS)}")
+    if spec.chunks is not None and (not isinstance(spec.chunks, int) or spec.chunks < 1):
+        raise fault(owner, f"chunks {spec.chunks!r}: a positive number of chunks per stage, or None")
+    return CheckedOrder(spec.order, owner, spec.placement)

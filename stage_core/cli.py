@@ -80,6 +80,7 @@ def cmd_generate(host: PluginHost, args) -> int:
     gpu = _gpu(host, req.gpu)
     start = time.perf_counter()
     result = _plan_task(host, req, gpu, max_nodes=_max_nodes(args))
+    _print_warnings(result)
     world = result.job.world_size
     write_trace_set(host, result, args.output, args.format, validate=not args.no_validate, ranks=ranks,
                     workers=args.workers, progress=None if args.quiet else progress_bar)
@@ -109,6 +110,11 @@ def cmd_generate(host: PluginHost, args) -> int:
     else:
         _warn_zero_first_kernel(host, result.job.programs)
     return 0
+
+
+def _print_warnings(result) -> None:
+    for text in getattr(result, "warnings", ()):
+        print(one_line(f"{PROG}: warning: {text}"), file=sys.stderr)
 
 
 def _warn_zero_first_kernel(host: PluginHost, programs) -> None:
@@ -170,6 +176,7 @@ def cmd_report(host: PluginHost, args) -> int:
     gpu = _gpu(host, req.gpu)
     gpu_memory = _gpu_memory(args, gpu)
     result = _plan_task(host, req, gpu, max_nodes=_max_nodes(args), programs=False)
+    _print_warnings(result)
     if plan.task == SERVE:
         return _report_serve(result, gpu, gpu_memory, args.json)
     m = _with_largest_batch(result.manifest, gpu_memory)

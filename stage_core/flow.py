@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from contextlib import nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Mapping, Sequence
 
@@ -65,6 +65,7 @@ class Result:
     reports: list[ClassReport]
     manifest: dict
     lowered: Lowered | None = None  # what lowering gave (an inference task's spans and cache layouts)
+    warnings: list[str] = field(default_factory=list)  # what the user should know (stage prints them)
 
 
 # --------------------------------------------------------------------------- model
@@ -171,7 +172,15 @@ def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[st
     if plan.schedule not in schedules:
         raise UsageError(f"--schedule {plan.schedule}: unknown schedule; known: {', '.join(schedules)}")
     schedule = schedules[plan.schedule]
-    order = checked_order(schedule.order, host.owner(schedule.plugin, "schedule", schedule.name))
+    order = checked_order(schedule, host.owner(schedule.plugin, "schedule", schedule.name))
+    if schedule.chunks is not None and plan.pp > 1 and plan.virtual_stages != schedule.chunks:
+        if plan.virtual_stages != 1:
+            able = [s.name for s in schedules.values() if s.chunks in (None, plan.virtual_stages)]
+            raise UsageError(f"--virtual-stages {plan.virtual_stages} needs a schedule that runs "
+                             f"{plan.virtual_stages} chunks per pipeline stage ("
+                             f"{' or '.join('--schedule ' + n for n in able) or 'none is installed'});"
+                             f" {schedule.name} runs {schedule.chunks}")
+        plan = plan.replace(virtual_stages=schedule.chunks)  # the schedule's own chunks (ZB-V's 2)
     strategies = _strategies(host, plan)
     _check_options(host, plan)
 
@@ -194,6 +203,7 @@ def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[st
                                      host.owner(s.plugin, "strategy", s.name))
         sharded.applied.append(s.name)
     prop = propagate(sharded)
+    warnings = unsharded_axes(prop, plan, config.name)
     timer = None
     if gpu is not None:
         model_spec = host.compute_model(gpu.gpu.compute_model, gpu.gpu.name)
@@ -230,7 +240,23 @@ def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[st
         manifest=manifest,
         name=config.name,
     )
-    return Result(spec, config, plan, forward, training, sharded, job, lowered.reports, manifest, lowered)
+    return Result(spec, config, plan, forward, training, sharded, job, lowered.reports, manifest, lowered, warnings)
+
+
+def unsharded_axes(prop, plan: Plan, model: str) -> list[str]:
+    """A warning for each model-splitting degree above 1 (tp, cp, ep) that shards nothing of the
+    model: every rank of such a group then computes the whole of what the others do."""
+    out = []
+    for axis, flag in (("tp", "--tp"), ("cp", "--cp"), ("ep", "--ep")):
+        degree = plan.degrees().get(axis, 1)
+        if degree <= 1:
+            continue
+        used = any(axis in axes for op_plan in prop.plans.values() for axes in op_plan.letter_axes.values())
+        used = used or any(axis in kc.key.split("+") for op_plan in prop.plans.values() for kc in op_plan.kernel_comms)
+        if not used:
+            out.append(f"{flag} {degree}: no tensor of {model} is sharded over {axis}; each of its {degree} ranks "
+                       f"computes the whole model (the installed strategies shard none of this model's dims)")
+    return out
 
 
 #: the model graphs of the last few models planned: plans of one model (a search, a sweep)

@@ -134,13 +134,22 @@ class ScheduleSpec:
     """A pipeline schedule.
 
     ``order(stages, micro_batches, virtual)`` returns, for each pipeline rank, the
-    list of steps it runs in order; a step is ``(kind, micro_batch, chunk)`` with
-    kind ``"F"`` or ``"B"``.
+    list of steps it runs in order; a step is ``(kind, micro_batch, chunk)`` with kind
+    ``"F"`` (forward), ``"B"`` (backward: all of it, or with ``"W"`` steps only the input
+    gradients) or ``"W"`` (weight gradients), chunk the rank's own chunk index
+    (:mod:`stage_core.schedule.steps` says what the host checks).  ``chunks``: the chunks
+    per rank the schedule runs (ZB-V: 2; None: the plan's ``--virtual-stages``);
+    ``placement``: which model chunk a rank's chunk is, ``"loop"`` (interleaved: rank i
+    holds chunks i, i + pp, ...) or ``"v"`` (down and back up: rank i holds chunks i and
+    2·pp − 1 − i).  ``source``: where the schedule is published.
     """
 
     name: str
     order: Callable[[int, int, int], Sequence[Sequence[tuple[str, int, int]]]]
     description: str = ""
+    chunks: int | None = None
+    placement: str = "loop"
+    source: str = ""
     plugin: str = ""
 
 

@@ -36,7 +36,12 @@ from .records import BackendSpec, ModelSpec, StrategySpec
 from .trace import NodeType, TraceNode, TraceSet
 
 __all__ = ["fresh_host", "ToyConfig", "build_toy", "toy_plugin", "write_jsonl", "read_jsonl", "jsonl_plugin",
-           "check_trace_set", "strategy_matrix", "matrix_overrides", "plan_id", "stage_host", "reference_strategies"]
+           "check_trace_set", "strategy_matrix", "matrix_overrides", "plan_id", "stage_host", "reference_strategies",
+           # the conformance kit
+           "assert_param_count", "assert_forward_flops", "assert_config_round_trips", "assert_flops_conserved",
+           "assert_tasks", "assert_tp_shards_or_warns", "assert_schedule_structure", "assert_schedule_like_1f1b",
+           "assert_strategy_conserves", "assert_backend_round_trip", "matrix_plans", "one_device_matmul_flops",
+           "ranks_matmul_flops", "SCHEDULE_CASES", "assert_hardware_preset", "assert_executor", "assert_simulator"]
 
 
 def fresh_host(*plugins: tuple[object, str], disabled: Iterable[str] = ()) -> PluginHost:
@@ -295,3 +300,391 @@ try:  # pytest fixtures, when pytest is there
 
 except ImportError:  # pragma: no cover
     pass
+
+
+# --------------------------------------------------------------------------- the conformance kit
+# One-line checks a plugin author runs against their own plugin (docs/plugins.md, "Testing with
+# the kit").  Each raises AssertionError saying what differs, or skips (pytest.skip) with the
+# reason when the host lacks what the check needs (a strategy, a simulator).
+
+
+def _skip(reason: str):
+    import pytest
+
+    pytest.skip(reason)
+
+
+def _plan(host: PluginHost, model: str, plan: Plan, overrides=None, gpu=None, **kw):
+    from .flow import plan_job
+
+    return plan_job(host, model, dict(overrides or {}), plan, gpu, **kw)
+
+
+def _matching(name: str, patterns) -> bool:
+    return any(p in name for p in patterns)
+
+
+def one_device_matmul_flops(result, exclude=()) -> int:
+    """Matmul FLOPs of the whole step on one device, from the task's graph itself: forward,
+    backward and what recompute redoes, times the micro-batches (ops whose name contains one
+    of ``exclude`` left out)."""
+    from . import sym
+
+    graph, plan = result.training, result.plan
+    values = dict(graph.dims, b=plan.micro_batch_size * plan.dp, s=plan.seq_len)
+    if plan.inference:
+        values.update({"ctx": plan.context_len or plan.seq_len})
+    fwd = [op for op in graph.forward_ops if op.is_kernel and not _matching(op.name, exclude)]
+    bwd = [op for op in graph.backward_ops if op.is_kernel and not _matching(op.name, exclude)]
+    recomputed = {"none": [], "full": [op for op in fwd if op.layer is not None],
+                  "selective": [op for op in fwd if op.block == "attn_core"]}[plan.recompute]
+    exprs = [op.matmul_flops for op in fwd + bwd + recomputed]
+    return plan.micro_batches * int(sum(sym.Evaluator(exprs)(values))) if exprs else 0
+
+
+def ranks_matmul_flops(result, exclude=()) -> int:
+    """Matmul FLOPs summed over every rank of the job, from its programs (nodes whose name
+    contains one of ``exclude`` left out)."""
+    total = 0
+    for program in result.job.programs:
+        per_rank = sum(n.kernel.matmul_flops for n in program.nodes if n.kernel is not None
+                       and not _matching(n.name, exclude))
+        total += per_rank * len(program.ranks)
+    return total
+
+
+def assert_param_count(host: PluginHost, model: str, total: int, active: int | None = None, overrides=None) -> None:
+    """The model's parameter count (and active count: what one token uses) equals the published one."""
+    from .flow import model_graphs, resolve_model
+    from .models import param_counts
+
+    spec, config = resolve_model(host, model, overrides)
+    forward, _ = model_graphs(spec, config, Plan())
+    got_total, got_active = param_counts(forward)
+    assert got_total == total, f"{model}: {got_total:,} parameters, expected {total:,} ({got_total - total:+,})"
+    if active is not None:
+        assert got_active == active, f"{model}: {got_active:,} active parameters, expected {active:,}"
+
+
+def assert_forward_flops(host: PluginHost, model: str, expected: int, *, seq_len: int | None = None,
+                         micro_batch_size: int = 1, overrides=None, what: str = "matmul_flops") -> None:
+    """FLOPs (``what``: matmul_flops, flops, other_flops) of one forward of ``micro_batch_size``
+    sequences of ``seq_len`` tokens equal ``expected``."""
+    from .flow import model_graphs, resolve_model
+    from .models import step_values, total
+
+    spec, config = resolve_model(host, model, overrides)
+    forward, _ = model_graphs(spec, config, Plan())
+    seq_len = seq_len or forward.meta.get("seq_len") or getattr(config, "seq_len", None)
+    got = total(forward, what, step_values(forward, micro_batch_size, seq_len))
+    assert got == expected, f"{model}: forward {what} {got:,}, expected {expected:,} ({got - expected:+,})"
+
+
+def assert_config_round_trips(host: PluginHost, family: str) -> None:
+    """Every preset of ``family``: ``from_dict(to_dict())`` gives it back, and ``--set`` of a
+    field to its own value changes nothing."""
+    from .flow import resolve_model
+
+    spec = host.family(family)
+    assert spec.presets, f"family {family} registers no preset"
+    for name, config in spec.presets.items():
+        assert spec.from_dict(config.to_dict()) == config, f"{name}: from_dict(to_dict()) differs"
+        fields = config.to_dict()
+        key = next((k for k, v in fields.items() if isinstance(v, int) and not isinstance(v, bool)), None)
+        if key is not None:
+            _, same = resolve_model(host, name, {key: str(fields[key])})
+            assert same == config, f"{name}: --set {key}={fields[key]} changed the config"
+
+
+def matrix_plans(host: PluginHost) -> list[Plan]:
+    """The strategy matrix (:func:`strategy_matrix`), keeping the plans whose strategies the host has."""
+    from .flow import REQUESTED
+
+    have = {s.name for s in host.strategies()}
+    return [p for p in strategy_matrix() if all(name in have for name, asked in REQUESTED.items() if asked(p))]
+
+
+def assert_flops_conserved(host: PluginHost, model: str, plans=None, overrides=None, replicated=()) -> int:
+    """For every plan (default: the strategy matrix the host's strategies allow), the matmul
+    FLOPs summed over ranks equal the one-device step, except ops whose name contains one of
+    ``replicated`` (what the model declares every rank of a group computes whole).  Plans the
+    model cannot take (a UsageError, e.g. a degree that does not divide) are passed over;
+    returns how many plans were checked."""
+    from .errors import UsageError
+
+    plans = matrix_plans(host) if plans is None else plans
+    if not plans:
+        _skip("no parallel strategy is installed (install stage-parallel to run the matrix)")
+    checked = 0
+    for plan in plans:
+        extra = dict(overrides or {})
+        if plan.virtual_stages > 1 or plan.pp > 1:
+            extra.update(matrix_overrides(plan) if model == "toy" else {})
+        try:
+            result = _plan(host, model, plan, extra)
+        except UsageError:
+            continue
+        got, want = ranks_matmul_flops(result, replicated), one_device_matmul_flops(result, replicated)
+        assert got == want, f"{model} {plan_id(plan)}: ranks compute {got:,} matmul FLOPs, one device {want:,}"
+        checked += 1
+    assert checked, f"{model}: no plan of the matrix is valid for it"
+    return checked
+
+
+def assert_tasks(host: PluginHost, model: str, overrides=None) -> dict[str, str]:
+    """Every task (train, prefill, decode) either plans or refuses in one line (a UsageError
+    or a PluginFault without a line break); returns what each did."""
+    from .errors import StageError
+    from .tasks import DECODE, PREFILL, TRAIN
+
+    out = {}
+    for task in (TRAIN, PREFILL, DECODE):
+        try:
+            _plan(host, model, Plan(task=task), overrides, programs=False)
+            out[task] = "ok"
+        except StageError as exc:
+            text = str(exc)
+            assert text and "\n" not in text, f"{model} --task {task}: a refusal of more than one line: {text!r}"
+            out[task] = text
+    return out
+
+
+def assert_tp_shards_or_warns(host: PluginHost, model: str, overrides=None) -> str:
+    """With ``--tp 2`` the model is sharded over tp, or the plan warns that nothing is."""
+    from .errors import UsageError
+
+    if "tp" not in {s.name for s in host.strategies()}:
+        _skip("no tp strategy is installed (install stage-parallel)")
+    try:
+        result = _plan(host, model, Plan(tp=2), overrides, programs=False)
+    except UsageError as exc:
+        return f"refused: {exc}"
+    sharded = any("tp" in layout for layout in result.sharded.param_compute.values())
+    warned = any(w.startswith("--tp 2:") for w in result.warnings)
+    assert sharded or warned, f"{model}: --tp 2 shards no parameter and says nothing"
+    return "sharded" if sharded else "warned"
+
+
+#: (pp, micro-batches, chunks) the schedule checks run
+SCHEDULE_CASES = ((2, 1, 1), (2, 4, 1), (4, 4, 1), (4, 8, 1), (4, 16, 1), (8, 8, 1), (2, 4, 2), (4, 8, 2))
+
+
+def assert_schedule_structure(host: PluginHost, schedule: str, cases=SCHEDULE_CASES) -> int:
+    """The schedule's orders have the structure the host requires (stage_core.schedule.steps)
+    for every case its chunks allow; returns how many cases ran."""
+    from .schedule.steps import order_problem
+
+    spec = next((s for s in host.schedules() if s.name == schedule), None)
+    assert spec is not None, f"no schedule {schedule!r} is registered"
+    ran = 0
+    for pp, m, v in cases:
+        if spec.chunks is not None and v != spec.chunks:
+            continue
+        try:
+            order = spec.order(pp, m, v)
+        except Exception as exc:  # noqa: BLE001 - a schedule may refuse a case (a UsageError) but not crash
+            from .errors import UsageError
+
+            assert isinstance(exc, UsageError), f"{schedule} pp{pp} m{m} v{v}: {type(exc).__name__}: {exc}"
+            continue
+        problem = order_problem(order, pp, m, v)
+        assert problem is None, f"{schedule} pp{pp} m{m} v{v}: {problem}"
+        ran += 1
+    assert ran, f"{schedule}: took none of the cases {cases}"
+    return ran
+
+
+def _pipeline_bytes(result) -> list[int]:
+    return [sum(n.comm_size for n in p.nodes if n.type in (NodeType.COMM_SEND, NodeType.COMM_RECV)
+                and ":ring" not in n.name) for p in result.job.programs]
+
+
+def assert_schedule_like_1f1b(host: PluginHost, schedule: str, directory: Path, model: str = "toy",
+                              plans=None, overrides=None) -> list[dict]:
+    """On each pipelined plan (default pp 2 and 4 with 4 and 8 micro-batches) the schedule
+    gives every rank the same FLOPs and pipeline bytes as 1F1B on the same plan (for a
+    schedule of 2 chunks a stage, as interleaved 1F1B with 2 virtual stages), its set
+    validates and every rank finishes in the replay of the simulator's rules, and in a
+    simulator where one is installed and available.  Returns per plan what was compared."""
+    from .flow import write_trace_set
+    from .validate import examine
+
+    spec = next(s for s in host.schedules() if s.name == schedule)
+    chunks = spec.chunks or 1
+    plans = plans or [Plan(pp=pp, micro_batches=m, dp=1) for pp, m in ((2, 4), (4, 8))]
+    simulators = [s for s in host.simulators() if s.available() is None]
+    out = []
+    for i, plan in enumerate(plans):
+        plan = plan.replace(schedule=schedule, virtual_stages=chunks)
+        layers = {"layers": str(plan.pp * chunks * 2)} if model == "toy" else {}
+        extra = {**layers, **(overrides or {})}
+        mine = _plan(host, model, plan, extra)
+        base_plan = plan.replace(schedule="interleaved" if chunks > 1 else "1f1b")
+        if chunks > 1 and base_plan.micro_batches % base_plan.pp:
+            base_plan = base_plan.replace(micro_batches=plan.pp * -(-plan.micro_batches // plan.pp))
+        base = _plan(host, model, base_plan, extra)
+        for key in ("matmul", "other"):
+            a = [rc["flops"][key] for rc in mine.manifest["rank_classes"]]
+            b = [rc["flops"][key] for rc in base.manifest["rank_classes"]]
+            if base_plan.micro_batches == plan.micro_batches:
+                assert sorted(a) == sorted(b), f"{schedule} {plan_id(plan)}: {key} FLOPs per stage {a}, 1F1B {b}"
+        if base_plan.micro_batches == plan.micro_batches and spec.placement == "loop":
+            assert _pipeline_bytes(mine) == _pipeline_bytes(base), (
+                f"{schedule} {plan_id(plan)}: pipeline bytes per stage {_pipeline_bytes(mine)}, "
+                f"1F1B {_pipeline_bytes(base)}")
+        target = write_trace_set(host, mine, Path(directory) / f"{schedule}-{i}", _a_backend(host))
+        from .flow import read_trace_set
+
+        report = examine(read_trace_set(host, target))
+        assert report.problems == [], report.problems[:3]
+        assert report.verdict.finishes, f"{schedule} {plan_id(plan)}: ranks {report.verdict.unfinished} never finish"
+        row = {"plan": plan_id(plan), "replay": "finishes"}
+        for sim in simulators:
+            got = sim.simulate(target, None)
+            assert got["finished"], f"{schedule} {plan_id(plan)}: not every rank finished in {sim.name}"
+            row[sim.name] = got["step_time_s"]
+        out.append(row)
+    return out
+
+
+def _a_backend(host: PluginHost) -> str:
+    names = [b.name for b in host.backends() if b.read is not None]
+    if "chakra" in names:
+        return "chakra"
+    assert names, "no trace backend with a reader is installed (the kit's jsonl_plugin has one)"
+    return names[0]
+
+
+def assert_strategy_conserves(host: PluginHost, strategy: str, model: str = "toy", plans=None,
+                              option: tuple[str, object] | None = None, overrides=None) -> int:
+    """The strategy matrix (or ``plans``) with the strategy asked for (``option``: one of its
+    options set) and without: FLOPs summed over ranks equal the one-device step either way,
+    and every rank's memory adds up from its parts; with an option, the plan (and so the
+    manifest and any sweep key) differs.  Returns how many plans ran."""
+    from .errors import UsageError
+
+    spec = next((s for s in host.strategies() if s.name == strategy), None)
+    assert spec is not None, f"no strategy {strategy!r} is registered"
+    plans = matrix_plans(host) if plans is None else plans
+    ran = 0
+    for plan in plans:
+        variants = [plan] + ([plan.with_options(**{option[0].replace("-", "_"): option[1]})] if option else [])
+        results = []
+        for p in variants:
+            try:
+                result = _plan(host, model, p, {**(matrix_overrides(p) if model == "toy" else {}), **(overrides or {})})
+            except UsageError:
+                break
+            got, want = ranks_matmul_flops(result), one_device_matmul_flops(result)
+            assert got == want, f"{strategy} {plan_id(p)} {dict(p.options)}: ranks {got:,} matmul FLOPs, one device {want:,}"
+            for rc in result.manifest["rank_classes"]:
+                mem = rc["memory_bytes"]
+                parts = sum(v for k, v in mem.items() if k != "total")
+                assert mem["total"] == parts, f"{strategy} {plan_id(p)}: memory total {mem['total']} != parts {parts}"
+            results.append(result)
+        if len(results) == 2:
+            assert results[0].manifest["plan"] != results[1].manifest["plan"], f"{strategy}: option {option} left " \
+                                                                              f"the plan's manifest unchanged"
+        ran += bool(results)
+    assert ran, f"{strategy}: no plan ran"
+    return ran
+
+
+def assert_backend_round_trip(host: PluginHost, backend: str, directory: Path, model: str = "toy",
+                              plans=(Plan(dp=2), Plan(pp=2, micro_batches=4), Plan(tp=2, dp=2))) -> int:
+    """The backend writes sets its own reader reads back node for node, and validate passes
+    them; returns the ranks checked."""
+    from .flow import read_trace_set, write_trace_set
+    from .validate import examine
+
+    spec = next((b for b in host.backends() if b.name == backend), None)
+    assert spec is not None and spec.read is not None, f"backend {backend!r} with a reader is not registered"
+    have = {s.name for s in host.strategies()}
+    checked = 0
+    for i, plan in enumerate(plans):
+        if any(n not in have for n, d in (("dp", plan.dp), ("pp", plan.pp), ("tp", plan.tp)) if d > 1):
+            continue
+        result = _plan(host, model, plan)
+        target = write_trace_set(host, result, Path(directory) / f"{backend}-{i}", backend)
+        trace_set = read_trace_set(host, target)
+        ranks = dict(trace_set.iter_ranks())
+        assert sorted(ranks) == list(range(plan.world_size))
+        for program in result.job.programs:
+            for rank in program.ranks:
+                nodes = ranks[rank]
+                assert [n.id for n in nodes] == [n.id for n in program.nodes], f"{backend}: rank {rank}'s node ids"
+                assert [n.name for n in nodes] == [n.name for n in program.nodes], f"{backend}: rank {rank}'s names"
+                checked += 1
+        report = examine(read_trace_set(host, target))
+        assert report.problems == [], report.problems[:3]
+    if not checked:
+        _skip("no strategy for the round-trip plans is installed (stage_core.testing.reference_strategies has dp, pp)")
+    return checked
+
+
+def assert_hardware_preset(host: PluginHost, name: str) -> dict[str, float]:
+    """A hardware preset: positive datasheet figures, a source for each, a registered compute
+    model that times kernels no faster than the roofline (FLOPs at peak, bytes at HBM speed)
+    and slower for more work.  Returns the times of the three kernels it tried."""
+    import math
+
+    from .kernel import kernel
+
+    hw = host.hardware_preset(name)
+    gpu = hw.gpu
+    for what, value in (("hbm_gbps", gpu.hbm_gbps), ("vector_tflops", gpu.vector_tflops), ("sm_count", gpu.sm_count),
+                        ("scale_up bandwidth", hw.scale_up.bandwidth_gbps),
+                        ("scale_out bandwidth", hw.scale_out.bandwidth_gbps), ("gpus_per_node", hw.gpus_per_node)):
+        assert value > 0 and math.isfinite(value), f"{name}: {what} is {value}"
+    assert all(v > 0 for v in gpu.matmul_tflops.values()), f"{name}: matmul_tflops {dict(gpu.matmul_tflops)}"
+    unsourced = [f for f in ("matmul_tflops", "hbm_gbps") if f not in gpu.sources]
+    assert not unsourced, f"{name}: no source for {', '.join(unsourced)} (GpuSpec.sources)"
+    model = host.compute_model(gpu.compute_model, gpu.name)
+    out = {}
+    for n in (1024, 4096, 8192):
+        gemm = kernel("einsum", "", "forward", "mk,kn->mn", {"m": n, "k": n, "n": n}, "bf16",
+                      flops=2 * n ** 3, matmul_flops=2 * n ** 3, nbytes=3 * n * n * 2)
+        seconds = model.time(gemm, gpu)
+        floor = max(gemm.matmul_flops / gpu.peak_flops("bf16"), gemm.bytes / (gpu.hbm_gbps * 1e9))
+        assert math.isfinite(seconds) and seconds >= floor * (1 - 1e-9), (
+            f"{name}: a {n}^3 GEMM takes {seconds:.3e} s, faster than the roofline's {floor:.3e} s")
+        out[f"gemm{n}"] = seconds
+    assert out["gemm1024"] < out["gemm4096"] < out["gemm8192"], f"{name}: more work is not slower: {out}"
+    return out
+
+
+def assert_executor(host: PluginHost, name: str, options=None) -> int:
+    """An executor runs a module-level function over plain items and yields every
+    ``(index, result)`` exactly once, whatever the order; returns the items run."""
+    spec = next((e for e in host.executors() if e.name == name), None)
+    assert spec is not None, f"no executor {name!r} is registered"
+    items = [{"n": n} for n in range(7)]
+    got = dict(spec.run(_square, items, dict(options or {})))
+    assert got == {i: i * i for i in range(7)}, f"executor {name}: {got}"
+    return len(got)
+
+
+def _square(item):
+    return item["n"] ** 2
+
+
+def assert_simulator(host: PluginHost, name: str, directory: Path, model: str = "toy",
+                     plan: Plan = Plan(dp=2)) -> float:
+    """A simulator runs a set STAGE wrote and says every rank finished, with a positive step
+    (skips, saying why, when it cannot run here).  Returns the step in seconds."""
+    from .flow import write_trace_set
+
+    spec = next((s for s in host.simulators() if s.name == name), None)
+    assert spec is not None, f"no simulator {name!r} is registered"
+    reason = spec.available()
+    if reason:
+        _skip(f"simulator {name}: {reason}")
+    writers = [b.name for b in host.backends() if b.name in spec.formats]
+    if not writers:
+        _skip(f"simulator {name} reads {', '.join(spec.formats)} sets, and no installed backend writes one")
+    result = _plan(host, model, plan)
+    target = write_trace_set(host, result, Path(directory) / f"{name}-set", writers[0])
+    got = spec.simulate(target, None)
+    assert got["finished"], f"simulator {name}: not every rank finished"
+    assert got["step_time_s"] > 0, f"simulator {name}: step {got['step_time_s']}"
+    return got["step_time_s"]

@@ -82,7 +82,7 @@ class InferenceLowerer(Lowerer):
         for j, sizes in enumerate(self.step_sizes):
             self.use(sizes)
             for _, m, local_chunk in order:
-                c = local_chunk * self.stages + stage
+                c = self.chunk_of(stage, local_chunk)
                 versions: dict = {}
                 first = len(prog.nodes)
                 tag = (f"step{j}." if steps > 1 else "") + f"mb{m}" + (f".chunk{c}" if self.chunks > 1 else "")
@@ -147,7 +147,7 @@ class InferenceLowerer(Lowerer):
     # ------------------------------------------------------------------ memory
     def memory(self, stage: int, activations: int) -> dict[str, int]:
         params = sum(self.sizes.nbytes(p, self.sg.storage_layout(p)) for p in self.stage_params(stage))
-        chunks = set(range(stage, self.chunks, self.stages))
+        chunks = set(self.stage_chunks(stage))
         cache = self.plan.micro_batches * sum(
             self.sizes.nbytes(op.outputs[0], self.prop.produced[op.outputs[0]])
             for op in self.cache_ops if self.chunk[op] in chunks)

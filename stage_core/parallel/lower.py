@@ -35,6 +35,7 @@ from .plan import Plan
 from .overlap import Background, place
 from .propagate import OpPlan, Propagation, Redistribute
 from ..schedule.orders import one_f_one_b
+from ..schedule.steps import chunk_of, stage_of
 
 
 @dataclass(frozen=True)
@@ -414,6 +415,7 @@ class Lowerer:
         self.stages, self.virtual = self.sg.pipeline
         self.chunks = self.stages * self.virtual
         self.schedule = schedule
+        self.placement = getattr(schedule, "placement", "loop")  # which chunks a stage holds (schedule.steps)
         self.producer = {t: op for op in prop.ops for t in op.outputs}
         self.params = set(self.g.params)
         self.chunk = self.assign_chunks()
@@ -674,7 +676,14 @@ class Lowerer:
         return chunk
 
     def stage_of(self, chunk: int) -> int:
-        return chunk % self.stages
+        return stage_of(self.placement, chunk, self.stages)
+
+    def chunk_of(self, stage: int, local: int) -> int:
+        return chunk_of(self.placement, stage, local, self.stages)
+
+    def stage_chunks(self, stage: int) -> list[int]:
+        """The model chunks ``stage`` holds, by its local chunk index."""
+        return [self.chunk_of(stage, local) for local in range(self.virtual)]
 
     def chunk_ops(self, ops: list[Op], c: int) -> list[Op]:
         key = (id(ops), c)
@@ -757,7 +766,7 @@ class Lowerer:
         whose parts live on several chunks once per chunk of the stage holding parts."""
         if self.chunk[op] is not None:
             return self.plan.micro_batches
-        chunks = [c for c in range(stage, self.chunks, self.stages) if self.local_parts(op, c)]
+        chunks = [c for c in self.stage_chunks(stage) if self.local_parts(op, c)]
         return self.plan.micro_batches * len(chunks)
 
     # ------------------------------------------------------------------ one program per stage
@@ -798,13 +807,13 @@ class Lowerer:
                             syncs[i] = self.emit_bucket_sync(prog, i, buckets[i][0], buckets[i][2], versions)
 
         for kind, m, local_chunk in order:
-            c = local_chunk * self.stages + stage
+            c = self.chunk_of(stage, local_chunk)
             versions = per_mb.setdefault(m, {})
             tag = f"mb{m}" + (f".chunk{c}" if self.chunks > 1 else "")
             phase = kind  # W has no pipeline messages: B sends the input gradient
             for x in self.crossings:
                 t, src, dst, ph = x
-                if dst == c and ph == phase:
+                if dst == c and ph == phase and self.stage_of(src) != stage:  # (a V's turn stays on the stage)
                     rid = prog.p2p(f"{tag}.{'fwd' if ph == 'F' else 'bwd'}:recv:{t.name}", NodeType.COMM_RECV,
                                    self.sizes.nbytes(t, self.prop.produced.get(t, {})),
                                    self.peer_key(src, dst, False), 1 + m * len(self.crossings) + index[x], ())
@@ -852,7 +861,7 @@ class Lowerer:
                 live -= held.get(c, 0)
             for x in self.crossings:
                 t, src, dst, ph = x
-                if src == c and ph == phase:
+                if src == c and ph == phase and self.stage_of(dst) != stage:
                     deps = versions.get((t, self.lk(self.prop.produced.get(t, {}))), versions.get((t, None), ()))
                     prog.p2p(f"{tag}.{'fwd' if ph == 'F' else 'bwd'}:send:{t.name}", NodeType.COMM_SEND,
                              self.sizes.nbytes(t, self.prop.produced.get(t, {})),
@@ -896,7 +905,7 @@ class Lowerer:
 
     def stage_params(self, stage: int) -> list[Tensor]:
         """Parameters a stage holds: those its chunks' ops use (a tied embedding: first and last)."""
-        used = {t for c in range(stage, self.chunks, self.stages) for op in self.chunk_ops(self.fwd_ops, c)
+        used = {t for c in self.stage_chunks(stage) for op in self.chunk_ops(self.fwd_ops, c)
                 for t in op.inputs}
         return [p for p in self.g.params if p in used]
 

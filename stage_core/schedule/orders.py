@@ -9,6 +9,8 @@ gradient) are implied by the step itself; the order is what the schedule adds.
 
 from __future__ import annotations
 
+from ..errors import UsageError
+
 Step = tuple[str, int, int]
 
 
@@ -45,7 +47,7 @@ def interleaved_1f1b(stages: int, micro_batches: int, virtual: int) -> list[list
     if virtual == 1:
         return one_f_one_b(stages, micro_batches)
     if micro_batches % stages:
-        raise ValueError(
+        raise UsageError(
             f"interleaved schedule needs micro-batches ({micro_batches}) to be a multiple of pp ({stages})"
         )
     total = micro_batches * virtual

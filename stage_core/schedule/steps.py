@@ -78,3 +78,26 @@ def order_problem(order: Any, stages: int, micro_batches: int, virtual: int) -> 
 def split_backwards(order: Sequence[Sequence[Step]]) -> list[set[tuple[int, int]]]:
     """Per stage, the (micro-batch, chunk) pairs whose backward is split into B and W."""
     return [{(mb, chunk) for kind, mb, chunk in steps if kind == "W"} for steps in order]
+
+
+# --------------------------------------------------------------------------- chunk placement
+#: how a schedule's chunks sit on the pipeline stages (``ScheduleSpec.placement``)
+PLACEMENTS = ("loop", "v")
+
+
+def chunk_of(placement: str, stage: int, local: int, stages: int) -> int:
+    """The model chunk (in layer order) that ``stage`` runs as its ``local``-th chunk.
+
+    ``"loop"`` (interleaved 1F1B): chunk ``local * stages + stage``, the layers going round the
+    stages ``virtual`` times.  ``"v"`` (ZB-V, DualPipeV): the layers go down the stages and come
+    back up, so stage i holds chunks i and 2·stages − 1 − i (and so on for more chunks): the
+    first and the last chunk are both on stage 0, and the turn needs no message."""
+    if placement == "v" and local % 2:
+        return local * stages + stages - 1 - stage
+    return local * stages + stage
+
+
+def stage_of(placement: str, chunk: int, stages: int) -> int:
+    """The stage that runs ``chunk`` (the inverse of :func:`chunk_of`)."""
+    local, pos = divmod(chunk, stages)
+    return stages - 1 - pos if placement == "v" and local % 2 else pos

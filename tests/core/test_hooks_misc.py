@@ -6,6 +6,7 @@ import pytest
 
 from stage_core import hookimpl
 from stage_core.cli import main
+from stage_core.errors import UsageError
 from stage_core.records import CommandSpec, ScheduleSpec
 from stage_core.schedule import gpipe, interleaved_1f1b, one_f_one_b
 from stage_core.testing import ToyConfig, fresh_host, jsonl_plugin, toy_plugin
@@ -48,7 +49,7 @@ def test_gpipe_and_interleaved_orders():
     order = interleaved_1f1b(2, 4, 2)
     for stage in order:
         assert sorted(stage) == sorted((k, mb, c) for k in "FB" for mb in range(4) for c in range(2))
-    with pytest.raises(ValueError, match="multiple of pp"):
+    with pytest.raises(UsageError, match="multiple of pp"):
         interleaved_1f1b(4, 6, 2)
 
 

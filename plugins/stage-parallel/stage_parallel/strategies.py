@@ -204,10 +204,8 @@ def validate_pp(graph, plan) -> list[str]:
         out.append(f"{what}: the {layers} layers must split into {chunks} equal chunks; {fix}{uneven}")
     elif chunks > layers:
         out.append(f"{what}: {chunks} stages for {layers} layers; every stage needs at least one layer")
-    if plan.virtual_stages > 1:
-        if plan.schedule != "interleaved":
-            out.append(f"--virtual-stages {plan.virtual_stages} needs --schedule interleaved")
-        elif plan.micro_batches % plan.pp:
+    if plan.virtual_stages > 1 and plan.schedule == "interleaved":  # (the host checks a schedule's chunks)
+        if plan.micro_batches % plan.pp:
             out.append(f"--micro-batches {plan.micro_batches}: the interleaved schedule needs a multiple of "
                        f"--pp {plan.pp}")
     return out

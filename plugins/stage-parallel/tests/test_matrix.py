@@ -5,22 +5,10 @@ slot")."""
 
 import pytest
 
-from stage_core.api import examine_trace_set as examine, sym
-from stage_core.testing import matrix_overrides, plan_id, strategy_matrix
+from stage_core.api import examine_trace_set as examine
+from stage_core.testing import matrix_overrides, one_device_matmul_flops, plan_id, ranks_matmul_flops, strategy_matrix
 
 COMBOS = strategy_matrix()
-
-
-def single_device_matmul(result):
-    """Matmul FLOPs of the whole step on one device, from the training graph itself."""
-    train, plan = result.training, result.plan
-    values = dict(train.dims, b=plan.micro_batch_size * plan.dp, s=plan.seq_len)
-    fwd = [op for op in train.forward_ops if op.is_kernel]
-    bwd = [op for op in train.backward_ops if op.is_kernel]
-    recomputed = {"none": [], "full": [op for op in fwd if op.layer is not None],
-                  "selective": [op for op in fwd if op.block == "attn_core"]}[plan.recompute]
-    exprs = [op.matmul_flops for op in fwd + bwd + recomputed]
-    return plan.micro_batches * sum(sym.Evaluator(exprs)(values))
 
 
 @pytest.mark.parametrize("plan", COMBOS, ids=plan_id)
@@ -37,7 +25,7 @@ def test_flops_add_up_and_the_set_validates(traces, plan):
     assert sorted(r for rc in classes for r in rc["ranks"]) == list(range(plan.world_size))
     assert len(classes) == plan.pp  # one program per pipeline stage
     total = sum(rc["flops"]["matmul"] * len(rc["ranks"]) for rc in classes)
-    assert total == single_device_matmul(result)
+    assert total == ranks_matmul_flops(result) == one_device_matmul_flops(result)
     # what the traces say equals what the manifest says
     for rank, nodes in ranks.items():
         rc = next(c for c in classes if rank in c["ranks"])
