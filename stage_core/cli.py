@@ -21,6 +21,7 @@ from . import __version__, hardware
 from .flow import check_output_dir, largest_batch, plan_job, read_trace_set, write_trace_set
 from .errors import PluginError, StageError, TraceError, UsageError
 from .models import param_counts
+from .newplugin import KINDS, write_skeleton
 from .parallel.plan import Plan
 from .planning import _Parser, _host_choice_flag, add_gpu_flag, add_plan_flags, plan_from_args
 from .plugins import PluginHost
@@ -380,6 +381,13 @@ def cmd_plans(host: PluginHost, args) -> int:
     return 0
 
 
+def cmd_new_plugin(host: PluginHost, args) -> int:
+    target = write_skeleton(args.name, args.kind, args.output)
+    print(f"wrote {target}/: a STAGE {args.kind} plugin. Next: pip install -e {target}[test] && pytest {target}; "
+          f"docs/plugins.md says what to change")
+    return 0
+
+
 def cmd_plugins(host: PluginHost, args) -> int:
     infos = host.info()
     if args.json:
@@ -445,6 +453,12 @@ def build_parser(host: PluginHost | None) -> argparse.ArgumentParser:
     p = sub.add_parser("plans", help="list named parallel plans (published training setups) for --plan")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_plans)
+
+    p = sub.add_parser("new-plugin", help="write a skeleton plugin distribution that installs and passes its tests")
+    p.add_argument("name", metavar="NAME", help="the plugin's name: lowercase words joined by '-' (zero-bubble)")
+    p.add_argument("--kind", required=True, choices=KINDS, help="what it provides")
+    p.add_argument("-o", "--output", metavar="DIR", help="the folder to write (default ./stage-KIND-NAME)")
+    p.set_defaults(run=cmd_new_plugin)
 
     p = sub.add_parser("plugins", help="list installed plugins and what they provide")
     p.add_argument("--json", action="store_true")

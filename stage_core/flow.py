@@ -120,7 +120,9 @@ def resolve_model(host: PluginHost, model: str, overrides: Mapping[str, str] | N
 
 def _strategies(host: PluginHost, plan: Plan):
     registered = {s.name: s for s in host.strategies()}
-    missing = [name for name, asked in REQUESTED.items() if asked(plan) and name not in registered]
+    # a plan field asks for the strategy of that name, or any strategy that drives that axis
+    missing = [name for name, asked in REQUESTED.items() if asked(plan) and name not in registered
+               and not any(s.axis == name for s in registered.values())]
     if missing:
         have = ", ".join(sorted(registered)) or "none (install stage-parallel)"
         raise UsageError(
