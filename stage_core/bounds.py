@@ -265,11 +265,11 @@ def _peak(order: Order, plan: Plan, count: int, stage: int, acts: tuple[dict[int
     keeps its chunk's activations until that micro-batch's backward frees them; a split
     backward's B keeps what its W reads (``acts``: per chunk, the activations and that
     hold) until the W."""
-    from .schedule.steps import chunk_of
+    from .schedule.steps import chunk_of, flat_steps
 
     kept, hold = acts
     placement = getattr(order, "placement", "loop")
-    steps = order(plan.pp, count, plan.virtual_stages)[stage]
+    steps = flat_steps(order(plan.pp, count, plan.virtual_stages)[stage])
     split = {(m, local) for kind, m, local in steps if kind == "W"}
     live = peak = 0
     for kind, m, local in steps:

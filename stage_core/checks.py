@@ -21,7 +21,7 @@ from .guard import Owner, PluginFault, fault
 from .ir.graph import Graph
 from .ir.ops import Op
 from .parallel.placement import FLAT, Partial, Replicate, Shard, ShardedGraph, dim_position
-from .schedule.steps import PLACEMENTS, order_problem
+from .schedule.steps import PLACEMENTS, is_pair, order_problem
 
 
 # --------------------------------------------------------------------------- models
@@ -158,7 +158,7 @@ class CheckedOrder:
         if problem is not None:
             raise PluginFault(f"{self.owner}: its order for pp {stages}, {micro_batches} micro-batches, {virtual} "
                               f"virtual stage{'s' if virtual != 1 else ''}: {problem}")
-        return [list(map(tuple, steps)) for steps in got]
+        return [[tuple(map(tuple, step)) if is_pair(step) else tuple(step) for step in steps] for steps in got]
 
 
 def checked_order(spec, owner: Owner) -> CheckedOrder:

@@ -23,6 +23,7 @@ from ..ir.tensor import Role
 from ..trace import NodeType
 from .lower import Lowered, Lowerer, Sizes, _Program
 from .placement import Shard
+from ..schedule.steps import flat_steps
 
 
 @dataclass
@@ -72,7 +73,8 @@ class InferenceLowerer(Lowerer):
     def program(self, stage: int) -> tuple[_Program, int]:
         prog = _Program()
         m_total = self.plan.micro_batches
-        order = [step for step in self.schedule(self.stages, m_total, self.virtual)[stage] if step[0] == "F"]
+        order = [step for step in flat_steps(self.schedule(self.stages, m_total, self.virtual)[stage])
+                 if step[0] == "F"]
         index = {x: i for i, x in enumerate(self.crossings)}
         per_message = len(self.crossings) + len(self.feedback)
         sampled: dict[tuple[int, int], tuple[int, ...]] = {}  # (feedback index, micro-batch) -> its node

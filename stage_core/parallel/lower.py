@@ -35,7 +35,7 @@ from .plan import Plan
 from .overlap import Background, place
 from .propagate import OpPlan, Propagation, Redistribute
 from ..schedule.orders import one_f_one_b
-from ..schedule.steps import chunk_of, stage_of
+from ..schedule.steps import chunk_of, flat_steps, is_pair, stage_of
 
 
 @dataclass(frozen=True)
@@ -776,7 +776,7 @@ class Lowerer:
         m_total = self.plan.micro_batches
         prog.tags = m_total * len(self.crossings)  # pipeline tags come first; kernels' own messages follow
         order = self.schedule(self.stages, m_total, self.virtual)[stage]
-        split = {(m, lc) for kind, m, lc in order if kind == "W"}  # all or none (schedule.steps checks)
+        split = {(m, lc) for kind, m, lc in flat_steps(order) if kind == "W"}
         buckets = self.plan_buckets(stage)
         # a bucket is reduced as soon as its last gradient is final: after the last run of every op making one
         pending = [{self.producer[self.g.grads[p]] for p in bucket} for bucket, _, _ in buckets]
@@ -806,67 +806,102 @@ class Lowerer:
                         if not pending[i]:
                             syncs[i] = self.emit_bucket_sync(prog, i, buckets[i][0], buckets[i][2], versions)
 
-        for kind, m, local_chunk in order:
-            c = self.chunk_of(stage, local_chunk)
-            versions = per_mb.setdefault(m, {})
-            tag = f"mb{m}" + (f".chunk{c}" if self.chunks > 1 else "")
-            phase = kind  # W has no pipeline messages: B sends the input gradient
-            for x in self.crossings:
-                t, src, dst, ph = x
-                if dst == c and ph == phase and self.stage_of(src) != stage:  # (a V's turn stays on the stage)
-                    rid = prog.p2p(f"{tag}.{'fwd' if ph == 'F' else 'bwd'}:recv:{t.name}", NodeType.COMM_RECV,
-                                   self.sizes.nbytes(t, self.prop.produced.get(t, {})),
-                                   self.peer_key(src, dst, False), 1 + m * len(self.crossings) + index[x], ())
-                    versions[(t, self.lk(self.prop.produced.get(t, {})))] = (rid,)
-                    versions[(t, None)] = (rid,)
-            if kind == "F":
-                gathers = self.layer_gathers(c)
-                for op in self.chunk_ops(self.fwd_ops, c):
-                    self.emit_op(prog, op, versions, f"{tag}.fwd", gathers, FORWARD)
-                if c not in chunk_acts:
-                    chunk_acts[c] = self.activation_bytes(c)
-                live += chunk_acts[c]
-                peak = max(peak, live)
-            elif kind == "B":
-                splitting = (m, local_chunk) in split
-                gathers = self.layer_gathers(c)  # gathered again for backward
-                recomputed: set = set()
-                for op in self.chunk_ops(self.bwd_ops, c):
-                    if splitting and op in weight:
-                        continue
-                    fwd = op.forward_op
-                    if fwd is not None and fwd in self.recompute_set:
-                        region = self._region_key(fwd)
-                        if region not in recomputed:
-                            recomputed.add(region)
-                            # recompute runs when the backward reaches the region (as Megatron's
-                            # checkpointed forward does), not as soon as its saved inputs exist
-                            prog.not_before = prog.step_last if prog.step_last is not None else prog.step_tail
-                            for f in self.chunk_ops(self.fwd_ops, c):
-                                if f in self.recompute_set and self._region_key(f) == region:
-                                    self.emit_op(prog, f, versions, f"{tag}.recompute", gathers, BACKWARD)
-                            prog.not_before = None
-                    emit_backward(op, c, versions, tag, gathers)
-                live -= chunk_acts.get(c, 0)
-                if splitting:
-                    if c not in held:
-                        held[c] = self.weight_hold(c)
-                    live += held[c]
+        def runs_of(ops: list[Op]) -> list[list[Op]]:
+            """``ops`` cut where the layer changes: the units an overlapped pair interleaves."""
+            out: list[list[Op]] = []
+            for op in ops:
+                if out and out[-1][-1].layer == op.layer:
+                    out[-1].append(op)
+                else:
+                    out.append([op])
+            return out
+
+        def forward_units(m: int, c: int, versions: dict, tag: str) -> list:
+            gathers = self.layer_gathers(c)
+
+            def unit(ops):
+                return lambda: [self.emit_op(prog, op, versions, f"{tag}.fwd", gathers, FORWARD) for op in ops]
+
+            return [unit(ops) for ops in runs_of(self.chunk_ops(self.fwd_ops, c))]
+
+        def backward_units(m: int, c: int, versions: dict, tag: str, kind: str, splitting: bool) -> list:
+            gathers = self.layer_gathers(c)  # gathered again for backward
+            recomputed: set = set()
+            if kind == "W":  # the weight gradients of a split backward (recomputed inputs were kept since B)
+                ops = [op for op in self.chunk_ops(self.bwd_ops, c) if op in weight]
+                return [lambda ops=ops: [emit_backward(op, c, versions, tag + ".w", gathers) for op in ops]]
+            ops = [op for op in self.chunk_ops(self.bwd_ops, c) if not (splitting and op in weight)]
+
+            def emit(op):
+                fwd = op.forward_op
+                if fwd is not None and fwd in self.recompute_set:
+                    region = self._region_key(fwd)
+                    if region not in recomputed:
+                        recomputed.add(region)
+                        # recompute runs when the backward reaches the region (as Megatron's
+                        # checkpointed forward does), not as soon as its saved inputs exist
+                        prog.not_before = prog.step_last if prog.step_last is not None else prog.step_tail
+                        for f in self.chunk_ops(self.fwd_ops, c):
+                            if f in self.recompute_set and self._region_key(f) == region:
+                                self.emit_op(prog, f, versions, f"{tag}.recompute", gathers, BACKWARD)
+                        prog.not_before = None
+                emit_backward(op, c, versions, tag, gathers)
+
+            return [lambda run=run: [emit(op) for op in run] for run in runs_of(ops)]
+
+        for step in order:
+            parts = list(step) if is_pair(step) else [step]
+            units = []
+            for kind, m, local_chunk in parts:
+                c = self.chunk_of(stage, local_chunk)
+                versions = per_mb.setdefault(m, {})
+                tag = f"mb{m}" + (f".chunk{c}" if self.chunks > 1 else "")
+                for x in self.crossings:  # (W has no pipeline messages: B sends the input gradient)
+                    t, src, dst, ph = x
+                    if dst == c and ph == kind and self.stage_of(src) != stage:  # (a V's turn stays on the stage)
+                        rid = prog.p2p(f"{tag}.{'fwd' if ph == 'F' else 'bwd'}:recv:{t.name}", NodeType.COMM_RECV,
+                                       self.sizes.nbytes(t, self.prop.produced.get(t, {})),
+                                       self.peer_key(src, dst, False), 1 + m * len(self.crossings) + index[x], ())
+                        versions[(t, self.lk(self.prop.produced.get(t, {})))] = (rid,)
+                        versions[(t, None)] = (rid,)
+                if kind == "F":
+                    units.append(forward_units(m, c, versions, tag))
+                else:
+                    units.append(backward_units(m, c, versions, tag, kind, (m, local_chunk) in split))
+            if len(units) == 1:
+                for emit_unit in units[0]:
+                    emit_unit()
+            else:  # an overlapped pair: the forward's layers and the backward's, one after the other
+                for i in range(max(map(len, units))):
+                    for us in units:
+                        if i < len(us):
+                            us[i]()
+            for kind, m, local_chunk in parts:
+                c = self.chunk_of(stage, local_chunk)
+                versions = per_mb[m]
+                tag = f"mb{m}" + (f".chunk{c}" if self.chunks > 1 else "")
+                if kind == "F":
+                    if c not in chunk_acts:
+                        chunk_acts[c] = self.activation_bytes(c)
+                    live += chunk_acts[c]
                     peak = max(peak, live)
-            else:  # W: the weight gradients of a split backward (recomputed inputs were kept since B)
-                gathers = self.layer_gathers(c)
-                for op in self.chunk_ops(self.bwd_ops, c):
-                    if op in weight:
-                        emit_backward(op, c, versions, tag + ".w", gathers)
-                live -= held.get(c, 0)
-            for x in self.crossings:
-                t, src, dst, ph = x
-                if src == c and ph == phase and self.stage_of(dst) != stage:
-                    deps = versions.get((t, self.lk(self.prop.produced.get(t, {}))), versions.get((t, None), ()))
-                    prog.p2p(f"{tag}.{'fwd' if ph == 'F' else 'bwd'}:send:{t.name}", NodeType.COMM_SEND,
-                             self.sizes.nbytes(t, self.prop.produced.get(t, {})),
-                             self.peer_key(src, dst, True), 1 + m * len(self.crossings) + index[x], deps)
-            prog.end_step(m)
+                elif kind == "B":
+                    live -= chunk_acts.get(c, 0)
+                    if (m, local_chunk) in split:
+                        if c not in held:
+                            held[c] = self.weight_hold(c)
+                        live += held[c]
+                        peak = max(peak, live)
+                else:
+                    live -= held.get(c, 0)
+                for x in self.crossings:
+                    t, src, dst, ph = x
+                    if src == c and ph == kind and self.stage_of(dst) != stage:
+                        deps = versions.get((t, self.lk(self.prop.produced.get(t, {}))), versions.get((t, None), ()))
+                        prog.p2p(f"{tag}.{'fwd' if ph == 'F' else 'bwd'}:send:{t.name}", NodeType.COMM_SEND,
+                                 self.sizes.nbytes(t, self.prop.produced.get(t, {})),
+                                 self.peer_key(src, dst, True), 1 + m * len(self.crossings) + index[x], deps)
+            prog.end_step(parts[0][1])
         unsynced = [i for i, ops in enumerate(pending) if ops]
         if unsynced:  # every gradient's maker runs on this stage: a bucket left means lowering lost one
             raise RuntimeError(f"stage {stage}: gradient buckets {unsynced} never completed "

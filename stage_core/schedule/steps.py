@@ -12,10 +12,15 @@ chunk)``: ``chunk`` is the virtual stage on that rank (0 without interleaving) a
 * ``"W"``: the weight gradients of that micro-batch and chunk (the weight-gradient
   matmuls, norm and bias gradients) and the gradient buckets they complete.
 
+A step may also be a *pair* ``(("F", m1, c1), ("B", m2, c2))``: the forward of one
+micro-batch and the backward of another run overlapped, as DualPipe does (DeepSeek-V3
+report, 2024), so that one's communication (an expert all-to-all) hides behind the
+other's compute: lowering interleaves their ops layer by layer.
+
 The host checks an order before anything is lowered (:func:`order_problem`): one list
 per stage; known kinds; micro-batches and chunks in range; every (micro-batch, chunk)
-exactly one F and one B per stage, at most one W, F before B before W; a stage splits
-every backward or none.
+exactly one F and one B per stage, at most one W, F before B before W; a pair is one F
+and one B.
 """
 
 from __future__ import annotations
@@ -43,7 +48,16 @@ def order_problem(order: Any, stages: int, micro_batches: int, virtual: int) -> 
         if isinstance(steps, (str, bytes)) or not isinstance(steps, Sequence):
             return f"stage {stage}: steps are a {type(steps).__name__}, not a list of (kind, micro-batch, chunk)"
         seen: dict[tuple[int, int], list[str]] = {}
+        flat = []
         for i, step in enumerate(steps):
+            if is_pair(step):
+                if (step[0][0], step[1][0]) != ("F", "B"):
+                    return (f"stage {stage}, step {i}: a pair of steps is a forward and a backward run overlapped, "
+                            f"(F, B); got ({step[0][0]!r}, {step[1][0]!r})")
+                flat += [(i, step[0]), (i, step[1])]
+            else:
+                flat.append((i, step))
+        for i, step in flat:
             if not isinstance(step, Sequence) or isinstance(step, (str, bytes)) or len(step) != 3:
                 return f"stage {stage}, step {i}: {step!r} is not a (kind, micro-batch, chunk) triple"
             kind, mb, chunk = step
@@ -68,16 +82,26 @@ def order_problem(order: Any, stages: int, micro_batches: int, virtual: int) -> 
                 for kind in ("F", "B"):
                     if kind not in done:
                         return f"stage {stage}: micro-batch {mb}, chunk {chunk} has no {kind} step"
-        splits = sum("W" in done for done in seen.values())
-        if splits not in (0, micro_batches * virtual):
-            return (f"stage {stage}: {splits} of its {micro_batches * virtual} backwards are split into B and W; "
-                    f"a stage splits all of them or none")
     return None
+
+
+def is_pair(step: Any) -> bool:
+    """Whether ``step`` is an overlapped pair of steps, not a (kind, micro-batch, chunk) triple."""
+    return (isinstance(step, Sequence) and not isinstance(step, (str, bytes)) and len(step) == 2
+            and all(isinstance(s, Sequence) and not isinstance(s, (str, bytes)) and len(s) == 3 for s in step))
+
+
+def flat_steps(steps: Sequence) -> list[Step]:
+    """A stage's steps with each overlapped pair as its two steps, forward first."""
+    out: list[Step] = []
+    for step in steps:
+        out.extend(step if is_pair(step) else [step])
+    return out
 
 
 def split_backwards(order: Sequence[Sequence[Step]]) -> list[set[tuple[int, int]]]:
     """Per stage, the (micro-batch, chunk) pairs whose backward is split into B and W."""
-    return [{(mb, chunk) for kind, mb, chunk in steps if kind == "W"} for steps in order]
+    return [{(mb, chunk) for kind, mb, chunk in flat_steps(steps) if kind == "W"} for steps in order]
 
 
 # --------------------------------------------------------------------------- chunk placement

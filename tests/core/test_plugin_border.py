@@ -53,8 +53,10 @@ PIPE = ("--pp", "2", "--micro-batches", "4", "--schedule", "mine")
     (lambda s: s[1].insert(0, s[1].pop(s[1].index(("B", 0, 0)))),
      "stage 1, step 0: B of micro-batch 0, chunk 0 comes before its F"),
     (lambda s: s.pop(), "order has 1 step lists for 2 pipeline stages"),
-    (lambda s: s[0].append(("W", 0, 0)),
-     "stage 0: 1 of its 4 backwards are split into B and W; a stage splits all of them or none"),
+    (lambda s: s[0].insert(0, ("W", 0, 0)),
+     "stage 0, step 0: W of micro-batch 0, chunk 0 comes before its B"),
+    (lambda s: s[1].__setitem__(1, (("B", 0, 0), ("F", 1, 0))),
+     "stage 1, step 1: a pair of steps is a forward and a backward run overlapped, (F, B); got ('B', 'F')"),
 ])
 def test_a_schedule_with_a_wrong_order_is_refused_naming_it(capsys, tmp_path, change, expected):
     status, line = run(capsys, tmp_path, (Schedules(changed_1f1b(change)), "zb-thirdparty"), flags=PIPE)
