@@ -153,8 +153,17 @@ def lower_within(lower: Callable[[Plan], Lowered], plan: Plan, max_nodes: int | 
     extrapolated (an :class:`Extrapolated`, without programs), never lowered in full.
     """
     sample = sample_count(plan)
+    small = None
     if sample is not None and order is not None:
-        small = lower(plan.replace(micro_batches=sample))
+        try:
+            small = lower(plan.replace(micro_batches=sample))
+        except UsageError:  # a schedule that needs more micro-batches than that (DualPipeV: 2 x pp): a larger one
+            larger = 4 * plan.pp * plan.virtual_stages
+            larger += (plan.micro_batches - larger) % plan.pp
+            sample = larger if plan.micro_batches > larger else None
+            if sample is not None:
+                small = lower(plan.replace(micro_batches=sample))
+    if small is not None:
         check_values(small)
         reports = _extrapolate(small, plan, sample, order)
         if reports is not None:
