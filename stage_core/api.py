@@ -56,7 +56,7 @@ from .rankset import parse_ranks, ranks_text
 from .records import (AxisSpec, BackendSpec, CommandSpec, ComputeModelSpec, ExecutorSpec, GpuSpec, HardwareSpec,
                       LinkSpec, ModelSpec, OptionSpec, PlanSpec, ScheduleSpec, SimulatorSpec, StrategySpec)
 from .schedule.orders import gpipe, interleaved_1f1b, one_f_one_b
-from .schedule.steps import STEP_KINDS, Step, order_problem
+from .schedule.steps import STEP_KINDS, Step, flat_steps, is_pair, order_problem, simulate_order
 from .serve import plan_serve
 from .tasks import CONTEXT, DECODE, PREFILL, TRAIN, inference_graph
 from .trace import (COMM_KEYS, RANK_ATTRS, CollectiveType, NodeType, ProgramNode, RankProgram, StampedNodes, TraceJob,
@@ -89,7 +89,8 @@ __all__ = [
     "Plan", "PlanRequest", "plan_from_settings", "plan_from_args", "plan_from_flags", "add_plan_flags", "add_gpu_flag",
     "setting_names", "settings_flags", "DEFAULT_MODEL", "DEFAULT_PLAN",
     # schedules
-    "STEP_KINDS", "Step", "order_problem", "gpipe", "one_f_one_b", "interleaved_1f1b",
+    "STEP_KINDS", "Step", "order_problem", "simulate_order", "flat_steps", "is_pair", "gpipe", "one_f_one_b",
+    "interleaved_1f1b",
     # the flow
     "Result", "plan_job", "resolve_model", "write_trace_set", "read_trace_set", "open_trace_set", "read_manifest",
     "check_output_dir", "comm_groups_json", "validate_trace_set", "examine_trace_set", "plan_serve", "main",

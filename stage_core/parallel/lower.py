@@ -726,24 +726,20 @@ class Lowerer:
     # ------------------------------------------------------------------ one program per stage
     @cached_property
     def weight_ops(self) -> set[Op]:
-        """Backward ops that compute weight gradients only (W of a split backward, as in the
-        zero-bubble paper): every output a parameter's gradient, or read only by such ops
-        (a sum of a tied weight's parts).  A kernel that writes an input gradient too (a
-        norm's backward, which gives dx, dgamma and dbeta at once) stays in B; a registered
-        kernel may say otherwise (``KernelDef.weight``)."""
-        readers: dict[Tensor, list[Op]] = {}
-        for op in self.bwd_ops:
-            for t in op.inputs:
-                readers.setdefault(t, []).append(op)
+        """Backward ops that compute weight gradients (W of a split backward, as in the
+        zero-bubble paper): every output is a parameter's gradient (a matmul's weight
+        gradient, a bias's reduction, the embedding's scatter, the sum of a tied weight's
+        parts).  Ops on the path of the activations' gradients are B, even on the first
+        stage where nothing is sent; a kernel that writes an input gradient too (a norm's
+        backward, which gives dx, dgamma and dbeta at once) stays in B; a registered kernel
+        may say otherwise (``KernelDef.weight``)."""
         out: set[Op] = set()
-        for op in reversed(self.bwd_ops):
+        for op in self.bwd_ops:
             declared = op.attrs.get("weight_grad")
             if declared is not None:
                 if declared:
                     out.add(op)
-                continue
-            if op.outputs and all(t.grad_of in self.params or (readers.get(t) and all(r in out for r in readers[t]))
-                                  for t in op.outputs):
+            elif op.outputs and all(t.grad_of in self.params for t in op.outputs):
                 out.add(op)
         return out
 

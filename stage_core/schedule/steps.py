@@ -125,3 +125,50 @@ def stage_of(placement: str, chunk: int, stages: int) -> int:
     """The stage that runs ``chunk`` (the inverse of :func:`chunk_of`)."""
     local, pos = divmod(chunk, stages)
     return stages - 1 - pos if placement == "v" and local % 2 else pos
+
+
+def simulate_order(order: Sequence, stages: int, t_f: float, t_b: float, t_w: float,
+                   placement: str = "loop") -> tuple[float, list[float]]:
+    """An order's step under the pipeline papers' cost model: every chunk's forward takes
+    ``t_f``, its input-gradient backward ``t_b`` and its weight gradients ``t_w`` (a backward
+    not split into B and W takes ``t_b + t_w``); messages take no time; a stage runs its steps
+    in order, an overlapped pair's two parts one after the other.  F of a chunk waits for the
+    chunk before it, B for the chunk after it and its own F, W for its B.
+
+    Returns (the step, per stage its idle time between its first step's start and its last
+    step's end): what the zero-bubble paper and the DualPipe README call the bubble."""
+    chunks = stages * max((c for steps in order for _, _, c in flat_steps(steps)), default=0) + stages
+    split = [{(m, c) for k, m, c in flat_steps(steps) if k == "W"} for steps in order]
+    end: dict[tuple[str, int, int], float] = {}
+    first: list[float | None] = [None] * stages
+    busy = [0.0] * stages
+    pos, free = [0] * stages, [0.0] * stages
+    left = sum(len(steps) for steps in order)
+    while left:
+        moved = False
+        for s in range(stages):
+            if pos[s] == len(order[s]):
+                continue
+            step = order[s][pos[s]]
+            parts = list(step) if is_pair(step) else [step]
+            own = {(k, chunk_of(placement, s, c, stages), m) for k, m, c in parts}
+            deps = []
+            for k, m, c in parts:
+                g = chunk_of(placement, s, c, stages)
+                deps += {"F": [("F", g - 1, m)] if g else [],
+                         "B": [("F", g, m)] + ([("B", g + 1, m)] if g < chunks - 1 else []),
+                         "W": [("B", g, m)]}[k]
+            deps = [d for d in deps if d not in own]
+            if not all(d in end for d in deps):
+                continue
+            start = max([free[s]] + [end[d] for d in deps])
+            took = sum(t_b + t_w if k == "B" and (m, c) not in split[s] else {"F": t_f, "B": t_b, "W": t_w}[k]
+                       for k, m, c in parts)
+            for key in own:
+                end[key] = start + took
+            first[s] = start if first[s] is None else first[s]
+            free[s], busy[s], pos[s], left, moved = start + took, busy[s] + took, pos[s] + 1, left - 1, True
+        if not moved:
+            raise ValueError("the stages' orders wait on each other: no step can run")
+    idle = [free[s] - (first[s] or 0.0) - busy[s] for s in range(stages)]
+    return max(free), idle

@@ -4,47 +4,14 @@ DualPipe README's formula when replayed with given F, B and W times."""
 from __future__ import annotations
 
 import pytest
-from stage_core.api import UsageError, order_problem
+from stage_core.api import UsageError, order_problem, simulate_order
 
 from stage_schedule_dualpipe import dualpipe_v
 
 
 def replay(order, p, TF, TB, TW):
-    """Each stage runs its steps in order (a pair's two parts one after the other: no credit for
-    overlap); F of a chunk waits for the chunk before it, B for the chunk after and its own F, W for
-    its B; a backward with no W of its own is whole (B + W).  Returns the step."""
-    def chunk(stage, local):
-        return stage if local == 0 else 2 * p - 1 - stage
-
-    def flat(steps):
-        return [part for step in steps for part in (step if isinstance(step[0], tuple) else [step])]
-
-    split = [{(m, c) for k, m, c in flat(steps) if k == "W"} for steps in order]
-    end, pos, free = {}, [0] * p, [0.0] * p
-    left = sum(map(len, order))
-    while left:
-        moved = False
-        for s in range(p):
-            if pos[s] == len(order[s]):
-                continue
-            step = order[s][pos[s]]
-            parts = list(step) if isinstance(step[0], tuple) else [step]
-            own = {(k, chunk(s, c), m) for k, m, c in parts}
-            deps = []
-            for k, m, c in parts:
-                g = chunk(s, c)
-                deps += {"F": [("F", g - 1, m)] if g else [],
-                         "B": [("F", g, m)] + ([("B", g + 1, m)] if g < 2 * p - 1 else []),
-                         "W": [("B", g, m)]}[k]
-            if all(d in end or d in own for d in deps):
-                t = max([free[s]] + [end[d] for d in deps if d not in own])
-                t += sum(TB + TW if k == "B" and (m, c) not in split[s] else {"F": TF, "B": TB, "W": TW}[k]
-                         for k, m, c in parts)
-                for k, m, c in parts:
-                    end[(k, chunk(s, c), m)] = t
-                free[s], pos[s], left, moved = t, pos[s] + 1, left - 1, True
-        assert moved, "the orders wait on each other"
-    return max(free)
+    """The step under the papers' cost model (a pair's two parts one after the other: no credit for overlap)."""
+    return simulate_order(order, p, TF, TB, TW, placement="v")[0]
 
 
 def test_the_first_stage_of_a_two_stage_pipeline_by_hand():
