@@ -1,0 +1,123 @@
+"""The schedule plugins in the real simulator: ZB-H1, ZB-H2, ZB-V and DualPipeV against 1F1B on
+one plan timed on an H100 (every rank finishes, the same matmul FLOPs, a shorter step), DualPipeV
+on a DeepSeek-V3-shaped MoE with experts over data parallel, and a third party's schedule
+installed from its own folder."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from conftest import stage
+from stage_core.flow import plan_job, write_trace_set
+from stage_core.hardware import resolve
+from stage_core.parallel.plan import Plan
+
+LLAMA = ("llama3-8b", {"layers": "8", "vocab_size": "32000"})
+
+
+@pytest.fixture(scope="module")
+def runs(host, tmp_path_factory):
+    """Each schedule's set (Llama 3 8B's shape, 8 layers, pp 4, 8 micro-batches of 2,048 tokens) and
+    its simulation."""
+    hw = resolve(host, "h100")
+    out = {}
+    root = tmp_path_factory.mktemp("schedules")
+    for schedule in ("1f1b", "zb-h1", "zb-h2", "zb-v", "dualpipev"):
+        result = plan_job(host, LLAMA[0], LLAMA[1], Plan(pp=4, micro_batches=8, seq_len=2048, schedule=schedule), hw)
+        out[schedule] = (result, write_trace_set(host, result, root / schedule))
+    return out
+
+
+@pytest.mark.parametrize("schedule", ["zb-h1", "zb-h2", "zb-v", "dualpipev"])
+def test_a_schedule_finishes_with_1f1bs_matmuls_and_a_shorter_step(runs, schedule, replay_and_simulate):
+    result, target = runs[schedule]
+    base, base_target = runs["1f1b"]
+    verdict, status, got = replay_and_simulate(target)
+    assert verdict.finishes and status == 0 and got["summary"]["finished_ranks"] == 4
+    _, _, ref = replay_and_simulate(base_target)
+    assert got["summary"]["max_finish_time_ns"] < ref["summary"]["max_finish_time_ns"]
+    matmuls = [sum(rc["flops"]["matmul"] for rc in r.manifest["rank_classes"]) for r in (result, base)]
+    assert matmuls[0] == matmuls[1]
+
+
+def test_zb_h1_keeps_1f1bs_memory_on_the_first_stage_and_its_pipeline_bytes(runs):
+    h1, f1 = runs["zb-h1"][0].manifest["rank_classes"], runs["1f1b"][0].manifest["rank_classes"]
+    assert [rc["comm_bytes"]["send"] for rc in h1] == [rc["comm_bytes"]["send"] for rc in f1]
+    first = h1[0]["memory_bytes"]["activations"] / f1[0]["memory_bytes"]["activations"]
+    assert 1 <= first < 1.01  # p micro-batches in flight, W right after B: what 1F1B keeps (and W's bit)
+
+
+def test_zb_v_sends_twice_the_pipeline_bytes(runs):
+    # two chunk boundaries a stage; the turn on the last stage stays on it
+    v, f1 = runs["zb-v"][0].manifest["rank_classes"], runs["1f1b"][0].manifest["rank_classes"]
+    assert sum(rc["comm_bytes"]["send"] for rc in v) == 2 * sum(rc["comm_bytes"]["send"] for rc in f1)
+
+
+def exposed_all_to_all_us(timeline: Path) -> dict[int, float]:
+    """Per shown rank (a trace-event process), the microseconds an all-to-all is in flight while no kernel runs,
+    from the simulator's own node log (`stage astrasim --timeline`)."""
+    events = json.loads(timeline.read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    out = {}
+    for pid in {e["pid"] for e in events if e.get("ph") == "X"}:
+        mine = [e for e in events if e.get("ph") == "X" and e["pid"] == pid]
+        busy = sorted((e["ts"], e["ts"] + e["dur"]) for e in mine if e["cat"] == "compute")
+        total = 0.0
+        for e in mine:
+            if ":all_to_all." not in e["name"]:
+                continue
+            a, b = e["ts"], e["ts"] + e["dur"]
+            covered = sum(max(0.0, min(b, y) - max(a, x)) for x, y in busy)  # kernels do not overlap each other
+            total += (b - a) - covered
+        out[pid] = total
+    return out
+
+
+def test_dualpipev_hides_expert_all_to_alls_on_a_deepseek_shaped_moe(host, tmp_path, replay_and_simulate):
+    from conftest import ASTRA_SIM
+    from stage_adapter_astrasim.command import run_astrasim
+
+    hw = resolve(host, "h100")
+    steps, exposed = {}, {}
+    for schedule in ("1f1b", "dualpipev"):
+        plan = Plan(pp=4, dp=2, ep=2, micro_batches=8, seq_len=1024, schedule=schedule)
+        result = plan_job(host, "deepseek-v3", {"layers": "8", "first_dense_layers": "1"}, plan, hw)
+        target = write_trace_set(host, result, tmp_path / schedule)
+        verdict, status, got = replay_and_simulate(target)
+        assert verdict.finishes and got["summary"]["finished_ranks"] == 8
+        steps[schedule] = got["summary"]["max_finish_time_ns"]
+        timeline = tmp_path / f"{schedule}.json"
+        assert run_astrasim(target, astra_sim=ASTRA_SIM, system="h100", timeline_file=str(timeline), out=open(
+            tmp_path / "out.txt", "w"), err=open(tmp_path / "err.txt", "w")) == 0
+        exposed[schedule] = sum(exposed_all_to_all_us(timeline).values())
+    assert steps["dualpipev"] < steps["1f1b"]
+    assert exposed["dualpipev"] < exposed["1f1b"]  # the overlapped pairs hide the expert all-to-alls
+
+
+def test_a_third_partys_schedule_installed_from_its_folder_works(tmp_path):
+    folder = Path(__file__).parent / "data" / "thirdparty-schedule"
+    env = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", env], check=True)
+    python = env / "bin" / "python"
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (Path(site) / "parent.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    pip = subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", folder],
+                         capture_output=True, text=True)
+    assert pip.returncode == 0, pip.stderr[-2000:]
+    cli = [python, "-m", "stage_core.cli"]
+    made = subprocess.run([*cli, "generate", "--model", "gpt-tiny", "--pp", "2", "--micro-batches", "4",
+                           "--schedule", "lagged-1f1b", "-o", tmp_path / "set", "-q"], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    checked = subprocess.run([*cli, "validate", tmp_path / "set", "--json"], capture_output=True, text=True)
+    assert json.loads(checked.stdout)["replay"]["finishes"]
+    # its W steps are the weight gradients: they ran after B, in a split backward
+    names = subprocess.run([*cli, "report", "--model", "gpt-tiny", "--pp", "2", "--micro-batches", "4",
+                            "--schedule", "lagged-1f1b", "--json"], capture_output=True, text=True)
+    assert names.returncode == 0 and json.loads(names.stdout)["plan"]["schedule"] == "lagged-1f1b"
