@@ -272,7 +272,8 @@ def model_graphs(spec: ModelSpec, config, plan: Plan, owner=None):
     for the last few models asked for; the graph is checked (:func:`check_model_graph`),
     and the model's registered kernels are in scope while it is built."""
     owner = owner or guard.Owner(spec.plugin, kind="model family", name=spec.name)
-    key = (spec.name, json.dumps(guard.call(owner, "to_dict", config.to_dict), sort_keys=True, default=str))
+    key = (spec.plugin, spec.name, json.dumps(guard.call(owner, "to_dict", config.to_dict), sort_keys=True,
+                                              default=str))
     entry = _GRAPHS.pop(key, None)
     if entry is None:
         with kernel_scope(spec.kernels):

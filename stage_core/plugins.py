@@ -24,7 +24,7 @@ import pluggy
 
 from . import hookspecs
 from .errors import PluginError, UsageError
-from .guard import Owner, PluginFault, guard_record
+from .guard import Guarded, Owner, PluginFault, guard_record
 from .hookspecs import PROJECT
 from .records import (BackendSpec, CommandSpec, ComputeModelSpec, ExecutorSpec, HardwareSpec, ModelSpec, PlanSpec,
                       PluginInfo, ScheduleSpec, SimulatorSpec, StrategySpec)
@@ -200,7 +200,15 @@ class PluginHost:
         return self._collect("stage_simulators", "simulator")
 
     def config_from_hf(self, hf_config: Mapping[str, Any]):
-        return self.pm.hook.stage_config_from_hf(hf_config=hf_config)
+        """The first config a plugin makes of ``hf_config`` (pluggy's call order: tryfirst, then the
+        last registered first, trylast last); a plugin that raises is named (a UsageError about
+        the config passes through)."""
+        for impl in reversed(self.pm.hook.stage_config_from_hf.get_hookimpls()):
+            owner = self.owner(impl.plugin_name, "config.json import", "stage_config_from_hf")
+            got = Guarded(impl.function, owner, "the import")(hf_config=hf_config)
+            if got is not None:
+                return got
+        return None
 
     # ------------------------------------------------------------------ lookups with clear errors
     def preset(self, name: str) -> tuple[ModelSpec, Any]:

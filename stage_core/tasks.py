@@ -34,6 +34,7 @@ import dataclasses
 import sympy as sp
 
 from . import sym
+from .errors import UsageError
 from .ir import kernels
 from .ir.builder import WINDOW_LETTER, flash_terms, window_letters
 from .ir.graph import CacheDecl, Graph
@@ -76,7 +77,11 @@ class _Inference:
     def run(self) -> Graph:
         producer = self.f.producers()
         loss_op = producer[self.f.loss]
-        head = producer[loss_op.inputs[0]]  # the LM head makes the logits the loss reads
+        head = producer.get(loss_op.inputs[0]) if loss_op.inputs else None  # the LM head makes the logits
+        if loss_op.fn != "cross_entropy" or head is None:
+            raise UsageError(f"--task {self.task}: the inference tasks sample the next token from the logits a "
+                             f"cross-entropy loss reads (an LM head); model {self.f.name}'s loss is made by "
+                             f"{loss_op.name} ({loss_op.kind}{'/' + loss_op.fn if loss_op.fn else ''}); use --task train")
         for op in self.f.ops:
             if op is loss_op:
                 continue

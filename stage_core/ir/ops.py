@@ -36,11 +36,11 @@ OPTIMIZER = "optimizer"
 
 def parse_spec(spec: str) -> tuple[list[str], list[str]]:
     """``"bsh,hf->bsf"`` -> (["bsh", "hf"], ["bsf"]); an empty operand is a scalar
-    (``"bsh->"``: one scalar output; ``"->bs"``: no input)."""
+    (``"bsh->"``: one scalar output; ``"->bs"``: one scalar input broadcast)."""
     if spec.count("->") != 1:
         raise ValueError(f"index equation {spec!r} must have one '->'")
     lhs, rhs = spec.split("->")
-    ins = lhs.split(",") if lhs else []
+    ins = lhs.split(",")
     outs = rhs.split(",")
     for term in ins + outs:
         if len(set(term)) != len(term):

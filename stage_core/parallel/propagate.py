@@ -182,7 +182,9 @@ class _Propagator:
         if t in self.params:
             return dict(self.sg.storage_layout(t))
         if t.role is Role.GRADIENT and t.grad_of is not None and t.grad_of in self.produced:
-            return dict(self.produced[t.grad_of])  # the loss gradient fed to backward
+            # the loss gradient fed to backward: the loss's layout, a Partial sum's (a mean over the
+            # sharded batch) the same on every rank
+            return {a: p for a, p in self.produced[t.grad_of].items() if not isinstance(p, Partial)}
         return dict(self.sg.input_layout.get(t, {}))
 
     def hint(self, t: Tensor) -> dict | None:
