@@ -171,3 +171,24 @@ def test_a_kernel_returning_nonsense_is_the_plugins_fault(capsys):
     assert main(["report", "--model", "cnn"], host=fresh_host((Bad(), "bad"))) == 1
     assert capsys.readouterr().err.strip() == ("stage: error: plugin 'bad': model family 'cnn': build failed: "
                                                "KernelError: kernel relu: returned a dict, not a KernelDef")
+
+
+def test_the_guides_kernel_example_works():
+    """docs/plugins.md's kernel example, as written there, in a model."""
+    def forward(call):
+        (x,) = call.inputs
+        return KernelDef(spec="bsh->bsh", flops=[(2, "bsh", "other")])
+
+    def backward(g):
+        return [KernelDef(spec="bsh,bsh->bsh", reads=("dy", "x0"), grads=(0,), flops=[(3, "bsh", "other")])]
+
+    squared_tanh = KernelSpec("squared_tanh", forward, backward, kind="elementwise")
+    g = GraphBuilder("guide", dims={"h": 8}, kernels=[squared_tanh])
+    x = g.input("x", ("b", "s", "h"), dtype="bf16")
+    w = g.param("w", ("h", "h"))
+    y = g.kernel("squared_tanh", g.einsum("bsh,hk->bsk", x, w, name="proj"), name="act")
+    graph = g.finish(g.kernel("squared_tanh", y, name="act2"))
+    tg = differentiate(graph)
+    values = {"b": 2, "s": 3, "h": 8}
+    assert total(tg, "other_flops", values, tg.forward_ops) == 2 * 2 * (2 * 3 * 8)
+    assert total(tg, "other_flops", values, tg.backward_ops) == 2 * 3 * (2 * 3 * 8)
