@@ -339,10 +339,17 @@ def _pool(kind: str):
         stride = _pair(call.param("stride", (kh, kw)), "stride")
         padding = _pair(call.param("padding", 0), "padding")
         p, q = conv_out(h, kh, stride[0], padding[0], 1), conv_out(w, kw, stride[1], padding[1], 1)
+        if p < 1 or q < 1:
+            raise ValueError(f"{kind}: a {kh}x{kw} window over a {h}x{w} image gives no output")
         terms = [(per_tap, "bcpqkl", OTHER)] + ([(1, "bcpq", OTHER)] if kind == "avgpool" else [])
-        return KernelDef(spec="bchw->bcpq", flops=terms, out_shapes=[(x.shape[0], x.shape[1], p, q)],
-                         whole=["h", "w"], free_letters={"k": kh, "l": kw},
-                         attrs={"window": (kh, kw), "stride": stride, "padding": padding})
+        attrs = {"window": (kh, kw), "stride": stride, "padding": padding}
+        out = (x.shape[0], x.shape[1], p, q)
+        if kind == "maxpool":  # PyTorch's max_pool2d_with_indices: the int64 arg-max of each window, for backward
+            return KernelDef(spec="bchw->bcpq,bcpq", flops=terms, out_shapes=[out, out],
+                             out_dtypes=[x.dtype, "int64"], whole=["h", "w"], free_letters={"k": kh, "l": kw},
+                             attrs=attrs)
+        return KernelDef(spec="bchw->bcpq", flops=terms, out_shapes=[out], whole=["h", "w"],
+                         free_letters={"k": kh, "l": kw}, attrs=attrs)
 
     def backward(g: Grads) -> list[KernelDef]:
         x = g.inputs[0]
@@ -353,9 +360,11 @@ def _pool(kind: str):
                               flops=[(1, "bchw", OTHER)], out_shapes=None)]
         kh, kw = window
         free = {"k": kh, "l": kw}
-        if kind == "maxpool":  # the gradient goes to each window's arg-max: read x again to find it
-            return [KernelDef(spec="bcpq,bchw->bchw", reads=("dy", "x0"), grads=(0,),
-                              flops=[(1, "bcpqkl", OTHER)], whole=["h", "w", "p", "q"], free_letters=free)]
+        if kind == "maxpool":  # the gradient goes to each window's arg-max (the indices forward kept; PyTorch
+            # keeps the input too): one add per output element, dx written once
+            return [KernelDef(spec="bcpq,bchw,bcpq->bchw", reads=("dy", "x0", "y1"), grads=(0,),
+                              flops=[(1, "bcpq", OTHER)], whole=["h", "w", "p", "q"],
+                              bytes=[(x.itemsize, "bcpq"), (8, "bcpq"), (x.itemsize, "bchw")])]
         return [KernelDef(spec="bcpq->bchw", reads=("dy",), grads=(0,), flops=[(1, "bcpqkl", OTHER)],
                           whole=["p", "q"], free_letters=free, out_shapes=[x.shape])]
 
