@@ -384,10 +384,30 @@ def _reduce(kind: str):
 
     def backward(g: Grads) -> list[KernelDef]:
         (term,), (out,) = g.terms
+        if not out:  # an equation names no scalar input ("->bs" has none): the gradient cannot be written
+            raise KernelError(f"kernel {kind}: a {kind} to a scalar has no backward (an index equation cannot "
+                              f"read a scalar gradient); end a loss on a per-sample tensor (\"{term}->{term[0]}\")")
         return [KernelDef(spec=f"{out}->{term}", reads=("dy",), grads=(0,), flops=[(1, term, OTHER)]
                           if kind == "mean" else [], out_shapes=None)]
 
     return forward, backward
+
+
+def _first_token(call: KernelCall) -> KernelDef:
+    """``x`` [b, s, h] -> its first token [b, h] (a ViT's class token, BERT's [CLS] for the
+    pooler): a copy of b·h elements, no FLOPs."""
+    (x,) = call.inputs
+    if x.rank != 3:
+        raise ValueError("first_token takes x [b, s, h]")
+    return KernelDef(spec="bsh->bh", bytes=[(2 * x.itemsize, "bh")], whole=["s"],
+                     out_shapes=[(x.shape[0], x.shape[2])])
+
+
+def _first_token_backward(g: Grads) -> list[KernelDef]:
+    """The gradient of the whole sequence: dy at the first token, zeros elsewhere (written once)."""
+    x = g.inputs[0]
+    return [KernelDef(spec="bh->bsh", reads=("dy",), grads=(0,), bytes=[(x.itemsize, "bh"), (x.itemsize, "bsh")],
+                      whole=["s"])]
 
 
 _maxpool, _maxpool_bwd = _pool("maxpool")
@@ -405,4 +425,6 @@ STANDARD: dict[str, KernelSpec] = {k.name: k for k in (
     KernelSpec("avgpool", _avgpool, _avgpool_bwd, "pool", "average pooling, a window or global"),
     KernelSpec("sum", _sum, _sum_bwd, "reduction", "a sum over some letters, to a scalar or any shape"),
     KernelSpec("mean", _mean, _mean_bwd, "reduction", "a mean over some letters, to a scalar or any shape"),
+    KernelSpec("first_token", _first_token, _first_token_backward, "copy",
+               "the first token of each sequence (a ViT's class token, BERT's [CLS])"),
 )}

@@ -22,7 +22,7 @@ input and its int64 arg-max indices, dropout its 1-byte mask, the classifier its
 
 from __future__ import annotations
 
-from stage_core.api import OTHER, RESIDUAL, Graph, GraphBuilder, KernelDef, KernelSpec, blocks, sym
+from stage_core.api import RESIDUAL, Graph, GraphBuilder, blocks, sym
 
 from .config import RESNET_DEPTHS, VGG_VARIANTS, OverFeatConfig, ResNetConfig, VGGConfig, ViTConfig
 
@@ -253,20 +253,3 @@ def build_vit(c: ViTConfig) -> Graph:
     logits = g.einsum("bh,vh->bv", first, w, bias=g.param("head.bias", ("V",)), name="head")
     return g.finish(g.cross_entropy(logits, labels, name="loss"))
 
-
-def _first_token(call) -> KernelDef:
-    """``x`` [b, s, h] -> its first token [b, h] (ViT's class token): a copy of b·h elements."""
-    (x,) = call.inputs
-    return KernelDef(spec="bsh->bh", bytes=[(2 * x.itemsize, "bh")], whole=["s"], out_shapes=[(x.shape[0], x.shape[2])])
-
-
-def _first_token_backward(grads) -> list[KernelDef]:
-    """The gradient of the whole sequence: dy at the first token, zeros elsewhere (written once)."""
-    x = grads.inputs[0]
-    return [KernelDef(spec="bh->bsh", reads=("dy",), grads=(0,), flops=[(0, "bh", OTHER)],
-                      bytes=[(x.itemsize, "bh"), (x.itemsize, "bsh")], whole=["s"])]
-
-
-#: ViT's class-token selection (torchvision: ``x[:, 0]``), a kernel of this plugin
-FIRST_TOKEN = KernelSpec("first_token", _first_token, _first_token_backward, "copy",
-                         "the first token of each sequence (a ViT's class token)")

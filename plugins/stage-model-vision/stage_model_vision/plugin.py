@@ -5,7 +5,7 @@ from __future__ import annotations
 from stage_core.api import STANDARD_KERNELS, ModelSpec, hookimpl
 
 from .config import OverFeatConfig, ResNetConfig, VGGConfig, ViTConfig
-from .model import FIRST_TOKEN, build_overfeat, build_resnet, build_vgg, build_vit
+from .model import build_overfeat, build_resnet, build_vgg, build_vit
 from .presets import OVERFEATS, RESNETS, VGGS, VITS
 
 CNN_KERNELS = tuple(STANDARD_KERNELS[k] for k in ("conv2d", "batchnorm", "relu", "maxpool", "avgpool"))
@@ -21,6 +21,6 @@ def stage_models() -> list[ModelSpec]:
         ModelSpec("overfeat", "overfeat", build_overfeat, OVERFEATS, OverFeatConfig.from_dict, kernels=CNN_KERNELS,
                   description="OverFeat fast (Sermanet et al. 2014): five convolutions, three fully connected"),
         ModelSpec("vit", "vit", build_vit, VITS, ViTConfig.from_dict,
-                  kernels=(STANDARD_KERNELS["conv2d"], FIRST_TOKEN),
+                  kernels=(STANDARD_KERNELS["conv2d"], STANDARD_KERNELS["first_token"]),
                   description="Vision Transformer (torchvision): patch convolution, class token, encoder, head"),
     ]
