@@ -148,16 +148,16 @@ def _fc_head(g: GraphBuilder, x, labels, widths: tuple[str, str]) -> Graph:
     first, second = widths
     n = len(blocks_of(g))
     with g.layer(n, "fc6"):
-        w = g.param("fc6.weight", (first, *x.shape[1:]))
-        x = g.einsum("bchw,fchw->bf", x, w, bias=g.param("fc6.bias", (first,)), name="fc6")
+        w = g.param("weight", (first, *x.shape[1:]))
+        x = g.einsum("bchw,fchw->bf", x, w, bias=g.param("bias", (first,)), name="linear")
         x = g.dropout(g.kernel("relu", x, name="relu"), name="dropout")
     with g.layer(n + 1, "fc7"):
-        x = g.einsum("bf,ef->be", x, g.param("fc7.weight", (second, first)), bias=g.param("fc7.bias", (second,)),
-                     name="fc7")
+        x = g.einsum("bf,ef->be", x, g.param("weight", (second, first)), bias=g.param("bias", (second,)),
+                     name="linear")
         x = g.dropout(g.kernel("relu", x, name="relu"), name="dropout")
     with g.layer(n + 2, "fc8"):
-        w = g.param("fc8.weight", ("V", second))
-        logits = g.einsum("be,ve->bv", x, w, bias=g.param("fc8.bias", ("V",)), name="fc8")
+        w = g.param("weight", ("V", second))
+        logits = g.einsum("be,ve->bv", x, w, bias=g.param("bias", ("V",)), name="linear")
     return g.finish(g.cross_entropy(logits, labels, name="loss"))
 
 
