@@ -38,6 +38,7 @@ from .ir.graph import Graph
 from .ir.ops import BACKWARD, FORWARD, MATMUL, OPTIMIZER, OTHER, Op
 from .ir.tensor import DTYPE_BYTES, Role, Tensor
 from .kernel import Gemm, Kernel, kernel
+from .kernels import STANDARD as STANDARD_KERNELS
 from .kernels import Grads, KernelCall, KernelDef, KernelSpec
 from .models import (DTYPES, PLAN_DIMS, HFKeys, ModelConfig, check_at_most, check_bool, check_choice, check_divides,
                      check_int, check_positive_number, check_str, evaluate_sum, flops_by_layer, load_hf_config, padded,
@@ -81,7 +82,7 @@ __all__ = [
     # tasks: the graph each task runs
     "differentiate", "OptimizerConfig", "inference_graph", "TRAIN", "PREFILL", "DECODE", "CONTEXT",
     # kernels
-    "KernelSpec", "KernelDef", "KernelCall", "Grads", "Kernel", "Gemm", "kernel",
+    "KernelSpec", "KernelDef", "KernelCall", "Grads", "Kernel", "Gemm", "kernel", "STANDARD_KERNELS",
     # strategies
     "Shard", "Replicate", "Partial", "FLAT", "ShardedGraph", "Mesh", "expert_tensors", "AXES", "DEFAULT_ORDER",
     "divisors", "balanced_split",

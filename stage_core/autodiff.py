@@ -269,8 +269,9 @@ def _cross_entropy(e, op, gs, needs):
     op.saved = (probs, labels)
     if not needs[0]:
         return [None, None]
-    (dlogits,) = e.op("fused", "bs,bsv,bs->bsv", [gs[0], probs, labels], [logits], fn="cross_entropy_bwd",
-                      flop_terms=[(kernels.CROSS_ENTROPY[1], "bsv", OTHER)])
+    (tv, tok), _ = parse_spec(op.spec)  # "bsv,bs->..." (a classifier's: "bv,b->...")
+    (dlogits,) = e.op("fused", f"{tok},{tv},{tok}->{tv}", [gs[0], probs, labels], [logits], fn="cross_entropy_bwd",
+                      flop_terms=[(kernels.CROSS_ENTROPY[1], tv, OTHER)])
     return [dlogits, None]
 
 

@@ -89,8 +89,9 @@ def _ops_per_layer(spec, config) -> tuple[int, int, int] | None:
     smallest k the config accepts (a model may need a few dense layers first)."""
     for k in range(1, 9):
         try:
-            small = len(spec.build(config.replace(layers=k)).ops)
-            larger = len(spec.build(config.replace(layers=k + 1)).ops)
+            with builder.kernel_scope(spec.kernels):  # the family's registered kernels
+                small = len(spec.build(config.replace(layers=k)).ops)
+                larger = len(spec.build(config.replace(layers=k + 1)).ops)
         except UsageError:
             continue
         return small, larger - small, k

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import __version__, hardware
-from .flow import check_output_dir, largest_batch, plan_job, read_trace_set, write_trace_set
+from .flow import check_output_dir, largest_batch, model_graphs, plan_job, read_trace_set, write_trace_set
 from .errors import PluginError, StageError, TraceError, UsageError
 from .models import param_counts
 from .newplugin import KINDS, write_skeleton
@@ -160,8 +160,9 @@ def _plan_text(plan: Plan) -> str:
     parts.append(f"mbs{plan.micro_batch_size}x{plan.micro_batches}")
     if plan.task == "decode":
         parts.append(f"decode ctx{plan.context_len}" + (f" x{plan.decode_steps} steps" if plan.decode_steps > 1 else ""))
-    else:
-        parts.append(f"seq{plan.seq_len}" + (f" {plan.task}" if plan.task != "train" else ""))
+    else:  # (a model without a sequence dim has no seq_len: its micro-batch counts images)
+        parts += ([f"seq{plan.seq_len}"] if plan.seq_len is not None else []) + (
+            [plan.task] if plan.task != "train" else [])
     return " ".join(parts)
 
 
@@ -285,9 +286,12 @@ def _print_cache(m: dict, plan: Plan) -> None:
     per_rank = max(rc["memory_bytes"]["kv_cache"] for rc in m["rank_classes"])
     state = inf.get("recurrent_state_bytes_per_request", 0)
     state_text = f", {state:,} of them recurrent state of a fixed size" if state else ""
-    print(f"\nKV cache at context {inf['context_len']:,}: {inf['kv_cache_bytes_per_request']:,} bytes per request "
-          f"({inf['kv_cache_elements_per_token_per_layer']} elements per token per layer{state_text}); "
-          f"{per_rank:,} bytes per rank for its {requests} request{'s' if requests != 1 else ''}")
+    if inf["context_len"] is None:  # a model without a sequence (an image model) keeps no cache
+        print()
+    else:
+        print(f"\nKV cache at context {inf['context_len']:,}: {inf['kv_cache_bytes_per_request']:,} bytes per request "
+              f"({inf['kv_cache_elements_per_token_per_layer']} elements per token per layer{state_text}); "
+              f"{per_rank:,} bytes per rank for its {requests} request{'s' if requests != 1 else ''}")
     most, gpu = inf["largest_batch"], _human(inf["gpu_memory_bytes"])
     weights = max(rc["memory_bytes"]["parameters"] for rc in m["rank_classes"])
     if most == 0:
@@ -345,7 +349,7 @@ def cmd_models(host: PluginHost, args) -> int:
     rows = []
     for spec in host.models():
         for name in sorted(spec.presets):
-            total, active = param_counts(spec.build(spec.presets[name]))
+            total, active = param_counts(model_graphs(spec, spec.presets[name], Plan())[0])  # (its kernels in scope)
             rows.append({"name": name, "family": spec.family, "plugin": spec.plugin,
                          "params_total": total, "params_active": active})
     if args.json:

@@ -188,6 +188,9 @@ def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[st
 
     forward, task_graph = model_graphs(spec, config, plan, model_owner)
     check_positions(plan, config.name, forward.meta.get("max_positions"))
+    if plan.task == DECODE and not forward.caches:
+        raise UsageError(f"--task {DECODE}: {config.name} keeps no cache between steps (an encoder's attention reads "
+                         f"every token at once); it runs --task train or {PREFILL}")
     problems = []
     for s in strategies:
         problems += list(s.validate(forward, plan))
@@ -303,8 +306,23 @@ def model_graphs(spec: ModelSpec, config, plan: Plan, owner=None):
 def resolve_lengths(plan: Plan, config) -> Plan:
     """The plan with its token counts filled in: the model's sequence length by default;
     decode computes one token per request and attends to --context-len (default: the
-    model's sequence length)."""
+    model's sequence length).  A model whose config fixes its sequence (``SEQUENCE``
+    ``"fixed"``: a ViT's patches) takes no other; one without a sequence dim (``"none"``:
+    an image CNN) takes no --seq-len and keeps the plan's ``seq_len`` None."""
     default = getattr(config, "seq_len", None)
+    sequence = getattr(config, "SEQUENCE", "tokens")
+    if sequence != "tokens" and plan.task == DECODE:
+        raise UsageError(f"--task {DECODE}: {config.name} generates no tokens one by one (it has "
+                         f"{'no sequence' if sequence == 'none' else 'a fixed sequence'}); it runs --task train or "
+                         f"{PREFILL}")
+    if sequence == "none":
+        if plan.seq_len is not None:
+            raise UsageError(f"--seq-len {plan.seq_len}: {config.name} has no sequence dim (an image model: a micro-"
+                             f"batch is --micro-batch-size images); leave --seq-len out")
+        return plan
+    if sequence == "fixed" and plan.seq_len is not None and plan.seq_len != default:
+        raise UsageError(f"--seq-len {plan.seq_len}: {config.name}'s sequence is fixed by its config ({default} "
+                         f"tokens); leave --seq-len out, or change the config (--set)")
     if plan.task == DECODE:
         if plan.seq_len is not None:
             raise UsageError(f"--seq-len {plan.seq_len}: decode computes one new token per request; give the "
@@ -330,7 +348,7 @@ def check_positions(plan: Plan, name: str, max_positions: int | None) -> None:
             most = max_positions - plan.decode_steps + 1
             raise UsageError(f"--context-len {plan.context_len}{steps}: {name} has {max_positions} positions; "
                              f"give --context-len at most {most}")
-    elif plan.seq_len > max_positions:
+    elif plan.seq_len is not None and plan.seq_len > max_positions:
         raise UsageError(
             f"--seq-len {plan.seq_len}: {name} has {max_positions} positions; give at most {max_positions}"
         )
@@ -340,10 +358,12 @@ def step_dims(model_dims: Mapping[str, int], plan: Plan) -> list[dict[str, int]]
     """The dims each step binds, in order: one step, or one per decode step (context growing)."""
     dims = dict(model_dims)
     # the graph is the whole job's micro-batch: dp splits b back to micro_batch_size per rank
-    dims.update(b=plan.micro_batch_size * plan.dp, s=plan.seq_len)
+    dims["b"] = plan.micro_batch_size * plan.dp
+    if plan.seq_len is not None:  # (a model without a sequence dim has none)
+        dims["s"] = plan.seq_len
     if plan.task == DECODE:
         return [{**dims, CONTEXT: plan.context_len + j} for j in range(plan.decode_steps)]
-    if plan.task == PREFILL:
+    if plan.task == PREFILL and plan.seq_len is not None:
         dims[CONTEXT] = plan.seq_len
     return [dims]
 
@@ -360,7 +380,7 @@ def cache_summary(graph: Graph, dims: Mapping[str, int]) -> dict:
     per_request = evaluate_sum([c.tensor.nbytes for c in graph.caches], one)
     elements = evaluate_sum([c.tensor.numel for c in growing], {**one, CONTEXT: 1})
     layers = len({op.layer for op in graph.ops if op.fn == "cache_write" and not op.attrs.get("state")}) or 1
-    return {"task": graph.meta.get("task"), "context_len": dims[CONTEXT],
+    return {"task": graph.meta.get("task"), "context_len": dims.get(CONTEXT) if graph.caches else None,
             "kv_cache_bytes_per_request": per_request,
             "recurrent_state_bytes_per_request": evaluate_sum([c.tensor.nbytes for c in states], one),
             "kv_cache_elements_per_token": elements,

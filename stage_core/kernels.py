@@ -339,10 +339,17 @@ def _pool(kind: str):
         stride = _pair(call.param("stride", (kh, kw)), "stride")
         padding = _pair(call.param("padding", 0), "padding")
         p, q = conv_out(h, kh, stride[0], padding[0], 1), conv_out(w, kw, stride[1], padding[1], 1)
+        if p < 1 or q < 1:
+            raise ValueError(f"{kind}: a {kh}x{kw} window over a {h}x{w} image gives no output")
         terms = [(per_tap, "bcpqkl", OTHER)] + ([(1, "bcpq", OTHER)] if kind == "avgpool" else [])
-        return KernelDef(spec="bchw->bcpq", flops=terms, out_shapes=[(x.shape[0], x.shape[1], p, q)],
-                         whole=["h", "w"], free_letters={"k": kh, "l": kw},
-                         attrs={"window": (kh, kw), "stride": stride, "padding": padding})
+        attrs = {"window": (kh, kw), "stride": stride, "padding": padding}
+        out = (x.shape[0], x.shape[1], p, q)
+        if kind == "maxpool":  # PyTorch's max_pool2d_with_indices: the int64 arg-max of each window, for backward
+            return KernelDef(spec="bchw->bcpq,bcpq", flops=terms, out_shapes=[out, out],
+                             out_dtypes=[x.dtype, "int64"], whole=["h", "w"], free_letters={"k": kh, "l": kw},
+                             attrs=attrs)
+        return KernelDef(spec="bchw->bcpq", flops=terms, out_shapes=[out], whole=["h", "w"],
+                         free_letters={"k": kh, "l": kw}, attrs=attrs)
 
     def backward(g: Grads) -> list[KernelDef]:
         x = g.inputs[0]
@@ -353,9 +360,11 @@ def _pool(kind: str):
                               flops=[(1, "bchw", OTHER)], out_shapes=None)]
         kh, kw = window
         free = {"k": kh, "l": kw}
-        if kind == "maxpool":  # the gradient goes to each window's arg-max: read x again to find it
-            return [KernelDef(spec="bcpq,bchw->bchw", reads=("dy", "x0"), grads=(0,),
-                              flops=[(1, "bcpqkl", OTHER)], whole=["h", "w", "p", "q"], free_letters=free)]
+        if kind == "maxpool":  # the gradient goes to each window's arg-max (the indices forward kept; PyTorch
+            # keeps the input too): one add per output element, dx written once
+            return [KernelDef(spec="bcpq,bchw,bcpq->bchw", reads=("dy", "x0", "y1"), grads=(0,),
+                              flops=[(1, "bcpq", OTHER)], whole=["h", "w", "p", "q"],
+                              bytes=[(x.itemsize, "bcpq"), (8, "bcpq"), (x.itemsize, "bchw")])]
         return [KernelDef(spec="bcpq->bchw", reads=("dy",), grads=(0,), flops=[(1, "bcpqkl", OTHER)],
                           whole=["p", "q"], free_letters=free, out_shapes=[x.shape])]
 
@@ -375,10 +384,30 @@ def _reduce(kind: str):
 
     def backward(g: Grads) -> list[KernelDef]:
         (term,), (out,) = g.terms
+        if not out:  # an equation names no scalar input ("->bs" has none): the gradient cannot be written
+            raise KernelError(f"kernel {kind}: a {kind} to a scalar has no backward (an index equation cannot "
+                              f"read a scalar gradient); end a loss on a per-sample tensor (\"{term}->{term[0]}\")")
         return [KernelDef(spec=f"{out}->{term}", reads=("dy",), grads=(0,), flops=[(1, term, OTHER)]
                           if kind == "mean" else [], out_shapes=None)]
 
     return forward, backward
+
+
+def _first_token(call: KernelCall) -> KernelDef:
+    """``x`` [b, s, h] -> its first token [b, h] (a ViT's class token, BERT's [CLS] for the
+    pooler): a copy of b·h elements, no FLOPs."""
+    (x,) = call.inputs
+    if x.rank != 3:
+        raise ValueError("first_token takes x [b, s, h]")
+    return KernelDef(spec="bsh->bh", bytes=[(2 * x.itemsize, "bh")], whole=["s"],
+                     out_shapes=[(x.shape[0], x.shape[2])])
+
+
+def _first_token_backward(g: Grads) -> list[KernelDef]:
+    """The gradient of the whole sequence: dy at the first token, zeros elsewhere (written once)."""
+    x = g.inputs[0]
+    return [KernelDef(spec="bh->bsh", reads=("dy",), grads=(0,), bytes=[(x.itemsize, "bh"), (x.itemsize, "bsh")],
+                      whole=["s"])]
 
 
 _maxpool, _maxpool_bwd = _pool("maxpool")
@@ -396,4 +425,6 @@ STANDARD: dict[str, KernelSpec] = {k.name: k for k in (
     KernelSpec("avgpool", _avgpool, _avgpool_bwd, "pool", "average pooling, a window or global"),
     KernelSpec("sum", _sum, _sum_bwd, "reduction", "a sum over some letters, to a scalar or any shape"),
     KernelSpec("mean", _mean, _mean_bwd, "reduction", "a mean over some letters, to a scalar or any shape"),
+    KernelSpec("first_token", _first_token, _first_token_backward, "copy",
+               "the first token of each sequence (a ViT's class token, BERT's [CLS])"),
 )}

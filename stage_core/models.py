@@ -55,6 +55,11 @@ class ModelConfig:
 
     HF_STAGE_KEYS: ClassVar[tuple[str, ...]] = ("name", "vocab_pad_to", "seq_len", "attention", "causal_flops",
                                                 "dtype")
+    #: what the plan's sequence length (``--seq-len``, the dim ``s``) is to this family:
+    #: ``"tokens"``: the plan chooses it, the config's ``seq_len`` is the default (an LLM, BERT);
+    #: ``"fixed"``: the config's ``seq_len`` is the only one (a ViT's patches, from its image size);
+    #: ``"none"``: the graph has no sequence dim (an image CNN); the plan's micro-batch counts images
+    SEQUENCE: ClassVar[str] = "tokens"
 
     name: str = ""
     family: str = ""
@@ -162,10 +167,13 @@ def evaluate_sum(exprs, values: Mapping[str, int]) -> int:
 
 
 def step_values(graph: Graph, b: int = 1, s: int | None = None) -> dict[str, int]:
-    """Every dim of a model graph bound: its own dims, ``b``, and ``s`` (default ``meta["seq_len"]``)."""
+    """Every dim of a model graph bound: its own dims, ``b``, and ``s`` (default ``meta["seq_len"]``;
+    not bound for a model without a sequence dim)."""
     values = dict(graph.dims)
     values["b"] = b
-    values["s"] = s if s is not None else graph.meta["seq_len"]
+    s = s if s is not None else graph.meta.get("seq_len")
+    if s is not None:
+        values["s"] = s
     return values
 
 

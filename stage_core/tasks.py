@@ -75,28 +75,45 @@ class _Inference:
         self.readers = forward.consumers()
 
     def run(self) -> Graph:
+        loss_ops = self.loss_ops()
         producer = self.f.producers()
-        loss_op = producer[self.f.loss]
-        head = producer.get(loss_op.inputs[0]) if loss_op.inputs else None  # the LM head makes the logits
-        if loss_op.fn != "cross_entropy" or head is None:
-            raise UsageError(f"--task {self.task}: the inference tasks sample the next token from the logits a "
-                             f"cross-entropy loss reads (an LM head); model {self.f.name}'s loss is made by "
-                             f"{loss_op.name} ({loss_op.kind}{'/' + loss_op.fn if loss_op.fn else ''}); use --task train")
+        # the heads make the logits the losses read (an LM head; BERT's MLM and NSP heads)
+        made = [op for op in loss_ops if (op.fn == "cross_entropy" or op is loss_ops[0])]
+        if any(not op.inputs or op.inputs[0] not in producer for op in made):
+            op = made[0]
+            raise UsageError(f"--task {self.task}: the inference tasks sample from the logits a loss reads (an LM "
+                             f"or classifier head); model {self.f.name}'s loss {op.name} reads no op's output; use "
+                             f"--task train")
+        heads = list(dict.fromkeys(producer[op.inputs[0]] for op in made))
         for op in self.f.ops:
-            if op is loss_op:
+            if op in loss_ops:
                 continue
-            if op is head and self.task == PREFILL:
+            if op in heads and self.task == PREFILL and self.f.caches:  # (a model that will decode next)
                 self.last_token(op.inputs[0], op)
             self.copy(op)
             for t in op.outputs:
                 if t in self.declared:
                     self.cache(self.declared[t], op)
-        logits = self.swap.get(head.outputs[0], head.outputs[0])
-        self.sample(logits, head)
+        for head in heads:
+            logits = self.swap.get(head.outputs[0], head.outputs[0])
+            self.sample(logits, head, "sample" if len(heads) == 1 else f"{head.name}.sample")
         read = {t for op in self.g.ops for t in op.inputs}
         self.g.inputs = [t for t in self.f.inputs if t in read]  # the tokens; no labels
         self.g.check_order()
         return self.g
+
+    def loss_ops(self) -> list[Op]:
+        """The ops inference drops: the cross-entropies (the loss's op when there is none)
+        and every op after them on the way to the loss (sums of several losses)."""
+        producer = self.f.producers()
+        first = [op for op in self.f.ops if op.fn == "cross_entropy"] or [producer[self.f.loss]]
+        out = list(first)
+        tainted = {t for op in first for t in op.outputs}
+        for op in self.f.ops:
+            if op not in out and any(t in tainted for t in op.inputs):
+                out.append(op)
+                tainted.update(op.outputs)
+        return out
 
     # ------------------------------------------------------------------ copying ops
     def copy(self, op: Op) -> None:
@@ -108,7 +125,7 @@ class _Inference:
             op = self.plain_add(op, inputs)
         else:
             changes = {}
-            if op.block == "attn_core" and "flops_scale" in op.attrs:
+            if op.block == "attn_core" and "flops_scale" in op.attrs and self.f.caches:  # (an encoder's stays whole)
                 changes = self.recount_attention(op, inputs)
             if self.task == DECODE and op.fn in DECODE_KERNELS:
                 changes = DECODE_KERNELS[op.fn](op)
@@ -213,17 +230,18 @@ class _Inference:
             attrs={"sharded_whole": {"s": (("all_gather", "bqh", x.itemsize),)}}))
         self.swap[hidden] = last
 
-    def sample(self, logits: Tensor, head: Op) -> None:
-        """Greedy sampling of each request's next token from ``logits`` [b, 1, V]."""
-        b, one, _ = logits.shape
-        tokens = Tensor("sample", (b, one), "int64", Role.ACTIVATION)
+    def sample(self, logits: Tensor, head: Op, name: str = "sample") -> None:
+        """Greedy sampling of each request's next token from ``logits`` [b, 1, V] (a
+        classifier's [b, V]: its class)."""
+        letters = "bsijlmnopqtuwxyz"[: logits.rank - 1]  # the token letters, as GraphBuilder names them
+        tokens = Tensor(name, tuple(logits.shape[:-1]), "int64", Role.ACTIVATION)
         self.g.ops.append(Op(
-            name="sample", kind="fused", fn="sample", inputs=(logits,), outputs=(tokens,), spec="bsv->bs",
+            name=name, kind="fused", fn="sample", inputs=(logits,), outputs=(tokens,), spec=f"{letters}v->{letters}",
             # the whole vocabulary: a vocabulary-parallel head's logits are gathered first, as
             # vLLM and Megatron-LM gather them before sampling
-            flop_terms=((kernels.SAMPLE, "bsv", OTHER),), whole=frozenset("v"), layer=head.layer))
+            flop_terms=((kernels.SAMPLE, f"{letters}v", OTHER),), whole=frozenset("v"), layer=head.layer))
         embedding = next((op for op in self.f.ops if op.kind == "embedding"), None)
-        if embedding is not None and embedding.inputs[0] in self.f.inputs:
+        if self.f.caches and embedding is not None and embedding.inputs[0] in self.f.inputs:
             self.g.feedback[tokens] = embedding.inputs[0]  # the next step embeds the sampled token
 
 

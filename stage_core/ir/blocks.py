@@ -158,6 +158,7 @@ def gqa_attention(
     window: int | None = None,
     softcap=None,
     prefix: str = "attn",
+    cache: bool = True,
 ) -> Tensor:
     """Grouped-query (or multi-head) attention of the normed ``x`` [b,s,h] -> [b,s,h].
 
@@ -170,7 +171,8 @@ def gqa_attention(
     KV cache (``k_cache``, ``v_cache``) -> :func:`attention_core`
     (``kind``, ``causal_flops``, ``dropout``, ``window``, ``softcap``) -> ``proj``
     (weight [g, a/g, d, h], no bias: add one in the residual kernel, as Megatron's
-    bias-dropout-add does).
+    bias-dropout-add does).  ``cache=False``: k and v are not declared as a cache (an
+    encoder's bidirectional attention, which reads every token at once and never decodes).
     """
     if qk_norm_span not in QK_NORM_SPANS:
         raise ValueError(f"unknown qk_norm_span {qk_norm_span!r}; known: {', '.join(QK_NORM_SPANS)}")
@@ -187,8 +189,9 @@ def gqa_attention(
         if rope:
             q = g.rope(q, name=rope_names[0])
             k = g.rope(k, name=rope_names[1])
-        k = g.cache(k, name="k_cache")
-        v = g.cache(v, name="v_cache")
+        if cache:
+            k = g.cache(k, name="k_cache")
+            v = g.cache(v, name="v_cache")
     ctx = attention_core(g, q, k, v, kind=kind, causal_flops=causal_flops, dropout=dropout, prefix=prefix,
                          window=window, softcap=softcap)
     return output_projection(g, ctx, prefix=prefix)

@@ -477,7 +477,8 @@ class GraphBuilder:
         return out
 
     def cross_entropy(self, logits: Tensor, labels: Tensor, *, name: str = "cross_entropy") -> Tensor:
-        """Per-token loss (fp32) of ``logits`` [b, s, V] against ``labels`` [b, s].
+        """Per-token loss (fp32) of ``logits`` [b, s, V] against ``labels`` [b, s] (or of a
+        classifier's ``logits`` [b, V] against ``labels`` [b]: one loss per sample).
 
         The kernel also writes the softmax of the logits (kept for backward, as
         Megatron's cross-entropy keeps it), its second output.
@@ -487,17 +488,21 @@ class GraphBuilder:
         of exponentials and the target logit, as Megatron's vocab-parallel
         cross-entropy does) instead of gathering the logits.
         """
+        tok = self._token_letters(logits.rank)
+        if labels.rank != len(tok):
+            raise ValueError(f"cross_entropy {name}: labels {labels.name} of rank {labels.rank} for logits of rank "
+                             f"{logits.rank}; expected rank {len(tok)}")
         loss, _probs = self.op(
             "fused",
-            "bsv,bs->bs,bsv",
+            f"{tok}v,{tok}->{tok},{tok}v",
             [logits, labels],
             name=name,
             fn="cross_entropy",
-            flop_terms=[(kernels.CROSS_ENTROPY[0], "bsv", OTHER)],
+            flop_terms=[(kernels.CROSS_ENTROPY[0], f"{tok}v", OTHER)],
             whole=["v"],
             out_dtypes=["fp32", logits.dtype],
             out_tags=[(), ("softmax",)],
-            attrs={"sharded_whole": {"v": (("all_reduce", "bs", 4),) * 3}},
+            attrs={"sharded_whole": {"v": (("all_reduce", tok, 4),) * 3}},
         )
         return loss
 

@@ -190,3 +190,29 @@ CALIBRATED = ComputeModelSpec(
     description="roofline of achieved rates: GEMM efficiency with tile and wave quantization and a K-loop "
                 "cost, FlashAttention forward and backward efficiency, achievable HBM bandwidth, and a fixed "
                 "cost per kernel")
+
+
+# --------------------------------------------------------------------------- CPU nodes (Das et al. 2016)
+
+CPU_PARAMETERS: Mapping[str, str] = {
+    "matmul_efficiency": "fraction of the node's fp32 FMA peak convolutions and matrix products reach",
+    "vector_efficiency": "fraction of the peak elementwise, normalization and pooling kernels reach",
+    "memory_efficiency": "fraction of the DDR bandwidth a memory-bound kernel reaches",
+    "launch_us": "fixed time per kernel in microseconds (a parallel region's fork and join)",
+}
+
+
+def cpu_time(kernel: Kernel, gpu: GpuSpec) -> float:
+    """A CPU node's roofline: launch + max(matmul FLOPs at the peak x matmul_efficiency plus the
+    other FLOPs at the peak x vector_efficiency, bytes at the memory bandwidth x memory_efficiency)."""
+    p = gpu.parameters
+    peak = gpu.vector_tflops * 1e12
+    compute = kernel.matmul_flops / (peak * p["matmul_efficiency"])
+    compute += (kernel.flops - kernel.matmul_flops) / (peak * p["vector_efficiency"])
+    memory = kernel.bytes / (gpu.hbm_gbps * 1e9 * p["memory_efficiency"])
+    return p["launch_us"] * 1e-6 + max(compute, memory)
+
+
+CPU = ComputeModelSpec(name="cpu", time=cpu_time, parameters=CPU_PARAMETERS,
+                       description="a CPU node's roofline: FMA peak x efficiency, DDR bandwidth x efficiency, "
+                                   "a fixed cost per kernel")

@@ -1,22 +1,24 @@
-"""Registers the A100 and H100 presets, the roofline and calibrated compute models, and
+"""Registers the A100 and H100 presets, Das et al. 2016's CPU clusters, the roofline, calibrated and cpu
+compute models, and
 ``stage calibrate``."""
 
 from stage_core import hookimpl
 from stage_core.records import CommandSpec
 
 from . import calibrate
-from .compute import CALIBRATED, ROOFLINE
+from . import das2016
+from .compute import CALIBRATED, CPU, ROOFLINE
 from .presets import PRESETS
 
 
 @hookimpl
 def stage_hardware():
-    return list(PRESETS)
+    return [*PRESETS, *das2016.PRESETS]
 
 
 @hookimpl
 def stage_compute_models():
-    return [ROOFLINE, CALIBRATED]
+    return [ROOFLINE, CALIBRATED, CPU]
 
 
 @hookimpl

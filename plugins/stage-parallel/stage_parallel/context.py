@@ -35,9 +35,17 @@ def _chunks(plan) -> int:
     return 2 * plan.cp * (plan.tp if plan.sp else 1)
 
 
+def has_sequence(graph) -> bool:
+    """Whether the model's inputs have the plan's sequence dim ``s`` (an image CNN has none)."""
+    return any(getattr(d, "name", None) == "s" for t in graph.inputs for d in t.shape)
+
+
 def validate_cp(graph, plan) -> list[str]:
     if plan.cp == 1:
         return []
+    if not has_sequence(graph):
+        return [f"--cp {plan.cp}: context parallel splits each sequence; {graph.name} has no sequence dim (an image "
+                f"model); split its images with --dp"]
     out = []
     chunks = _chunks(plan)
     if plan.seq_len % chunks:

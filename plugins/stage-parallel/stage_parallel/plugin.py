@@ -1,7 +1,7 @@
 """Registers the standard strategies with STAGE."""
 
 from stage_core import hookimpl
-from stage_core.records import StrategySpec
+from stage_core.records import OptionSpec, StrategySpec
 
 from . import context
 from . import strategies as s
@@ -15,7 +15,11 @@ def stage_strategies():
                      description="data parallel: batch split, gradients all-reduced once per step in buckets"),
         StrategySpec("tp", "tp", s.validate_tp, s.apply_tp, order=20,
                      description="Megatron tensor parallel: column/row parallel attention and MLP, vocab-parallel "
-                                 "embedding, head and cross-entropy"),
+                                 "embedding, head and cross-entropy; a CNN's convolutions over their channels",
+                     options=(OptionSpec("tp-convs", str, "channels",
+                                         "convolutions under --tp: split their channels, or their images (data: Das "
+                                         "et al. 2016's hybrid, the fully connected layers model parallel)",
+                                         choices=s.TP_CONVS),)),
         StrategySpec("cp", "cp", context.validate_cp, context.apply_cp, order=15,
                      description="context parallel: sequences split in 2 x cp chunks (balanced causal work), "
                                  "attention by ring p2p, K/V all-gather or all-to-all (--cp-comm); gradients "

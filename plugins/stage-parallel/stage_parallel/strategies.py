@@ -19,8 +19,31 @@ from .stages import balanced_split, layer_weights
 #: layer has no groups (MLA), a Mamba layer's SSM groups (each rank keeps whole
 #: groups of B and C with their heads, as Megatron's MambaMixer does), the FFN
 #: widths, the vocabulary.  The routed experts' weights are the expert view's (ep,
-#: etp), not tp's.
+#: etp), not tp's.  A model lists more in ``graph.meta["tp_dims"]`` (a CNN's channel
+#: dims, one of each convolution's two), matched before these.
 TP_DIMS = ("g", "a", "mg", "f", "fs", "V")
+#: how tensor parallel runs convolutions (--tp-convs): split their channels, or split their
+#: images over the tp ranks too while the fully connected layers stay model parallel (Das et
+#: al. 2016's hybrid, Krizhevsky 2014's "one weird trick")
+TP_CONVS = ("channels", "data")
+CONV_KERNELS = ("conv2d",)
+
+
+def tp_dims(graph, plan) -> tuple[str, ...]:
+    """The dims tp shards on this model: the model's declared ones (``graph.meta["tp_dims"]``)
+    then the standard names; with ``--tp-convs data`` only the standard ones (the fully
+    connected layers')."""
+    declared = () if plan.option("tp-convs", "channels") == "data" else tuple(graph.meta.get("tp_dims", ()))
+    return tuple(dict.fromkeys(declared + TP_DIMS))
+
+
+def conv_params(graph) -> set:
+    """The parameters of convolutions and of what runs on their channels (BatchNorm)."""
+    out = set()
+    for op in graph.ops:
+        if op.fn in CONV_KERNELS or op.fn == "batchnorm":
+            out.update(t for t in op.inputs if t in set(graph.params))
+    return out
 
 
 def _need_divides(what: str, flag: str, degree: int, dims: dict, names) -> list[str]:
@@ -51,16 +74,31 @@ def apply_dp(sg: ShardedGraph, mesh, plan) -> ShardedGraph:
 
 
 def validate_tp(graph, plan) -> list[str]:
+    if plan.option("tp-convs", "channels") == "data":
+        if not conv_params(graph):
+            return [f"--tp-convs data: splits the images of convolutions over tp; {graph.name} has no convolution"]
+        if plan.micro_batch_size % plan.tp:
+            valid = [str(d) for d in divisors(plan.micro_batch_size)]
+            return [f"--tp-convs data: the convolutions split each micro-batch's {plan.micro_batch_size} images over "
+                    f"--tp {plan.tp}; valid --tp: {', '.join(valid)}"]
     if plan.tp == 1:
         return []
-    return _need_divides("tensor parallel", "--tp", plan.tp, graph.dims, TP_DIMS)
+    return _need_divides("tensor parallel", "--tp", plan.tp, graph.dims, tp_dims(graph, plan))
 
 
 def apply_tp(sg: ShardedGraph, mesh, plan) -> ShardedGraph:
     if plan.tp == 1:
         return sg
     experts = expert_tensors(sg.graph)
-    sg.shard_params("tp", TP_DIMS, where=lambda p: p not in experts)
+    if plan.option("tp-convs", "channels") == "data":
+        # Das et al. 2016: convolutions data parallel over every rank (their images split over
+        # tp too; their weight gradients, Partial over tp, reduced after the dp sync), the
+        # fully connected layers model parallel over tp (their input gathered over tp)
+        convs = conv_params(sg.graph)
+        sg.shard_inputs("tp", "b")
+        sg.shard_params("tp", TP_DIMS, where=lambda p: p not in experts and p not in convs)
+    else:
+        sg.shard_params("tp", tp_dims(sg.graph, plan), where=lambda p: p not in experts)
     if not plan.sp:
         sg.hint("residual", "tp", Replicate())  # the residual stream is whole on every TP rank
     return sg
@@ -72,6 +110,9 @@ def apply_tp(sg: ShardedGraph, mesh, plan) -> ShardedGraph:
 def validate_sp(graph, plan) -> list[str]:
     if not plan.sp:
         return []
+    if not any(getattr(d, "name", None) == "s" for t in graph.inputs for d in t.shape):
+        return [f"--sp: sequence parallel splits the sequence over tp; {graph.name} has no sequence dim (an image "
+                f"model); leave --sp out"]
     if plan.seq_len and plan.seq_len % plan.tp:
         valid = ", ".join(str(d) for d in divisors(plan.seq_len) if d <= 1024)
         return [f"--sp with --tp {plan.tp}: the sequence length {plan.seq_len} must divide by tp; valid --tp: {valid}"]
