@@ -383,10 +383,7 @@ def _reduce(kind: str):
                          out_dtypes=[call.param("dtype", "fp32")])
 
     def backward(g: Grads) -> list[KernelDef]:
-        (term,), (out,) = g.terms
-        if not out:  # an equation names no scalar input ("->bs" has none): the gradient cannot be written
-            raise KernelError(f"kernel {kind}: a {kind} to a scalar has no backward (an index equation cannot "
-                              f"read a scalar gradient); end a loss on a per-sample tensor (\"{term}->{term[0]}\")")
+        (term,), (out,) = g.terms  # to a scalar, out is "": the gradient's equation reads it as "->bs"
         return [KernelDef(spec=f"{out}->{term}", reads=("dy",), grads=(0,), flops=[(1, term, OTHER)]
                           if kind == "mean" else [], out_shapes=None)]
 

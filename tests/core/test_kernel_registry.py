@@ -38,7 +38,7 @@ def build_cnn(c: CNNConfig):
         y = g.kernel("conv2d", x, w1, name="conv1", padding=1)
         y = g.kernel("batchnorm", y, g.param("bn1.weight", ("C",)), g.param("bn1.bias", ("C",)), name="bn1")
         y = g.kernel("relu", y, name="relu1")
-        y = g.kernel("maxpool", y, name="pool1", size=2)
+        y, _indices = g.kernel("maxpool", y, name="pool1", size=2)
     with g.layer(1):
         y = g.kernel("conv2d", y, g.param("conv2.weight", ("C", "C", 3, 3)), name="conv2", padding=1)
         y = g.kernel("relu", y, name="relu2")
@@ -82,7 +82,7 @@ def build_cnn_with_loss(c: CNNConfig):
         y = g.kernel("conv2d", x, g.param("conv1.weight", ("C", 3, 3, 3)), name="conv1", padding=1)
         y = g.kernel("batchnorm", y, g.param("bn1.weight", ("C",)), g.param("bn1.bias", ("C",)), name="bn1")
         y = g.kernel("relu", y, name="relu1")
-        y = g.kernel("maxpool", y, name="pool1", size=2)
+        y, _indices = g.kernel("maxpool", y, name="pool1", size=2)
     with g.layer(1):
         y = g.kernel("conv2d", y, g.param("conv2.weight", ("C", "C", 3, 3)), name="conv2", padding=1)
         y = g.kernel("relu", y, name="relu2")
@@ -133,7 +133,8 @@ def test_backward_reads_what_it_saves_and_doubles_the_convolutions():
     conv1 = 2 * 4 * 16 * 32 * 32 * 27
     assert total(tg, "matmul_flops", values, tg.backward_ops) == 2 * fwd - conv1
     saved = {t.name.rsplit(".", 1)[-1] for op in tg.forward_ops for t in op.saved}
-    assert {"images", "conv1", "pool1"} <= saved  # conv1's weight gradient reads the images; relu reads its output
+    # conv1's weight gradient reads the images, conv2's the pooled map; the max pool keeps its arg-max indices
+    assert {"images", "conv1", "pool1:0", "pool1:1"} <= saved
     assert "relu1" in saved and "bn1" not in saved  # batchnorm's backward reads its input (conv1), not its output
 
 
