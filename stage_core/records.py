@@ -247,18 +247,9 @@ class PlanSpec:
 
     def flags(self) -> list[str]:
         """``settings`` as command-line arguments."""
-        out: list[str] = []
-        for key, value in self.settings.items():
-            if value is True:
-                out.append(f"--{key}")
-            elif value is False:
-                out.append(f"--no-{key}")
-            elif isinstance(value, (list, tuple)):
-                for item in value:
-                    out += [f"--{key}", str(item)]
-            else:
-                out += [f"--{key}", str(value)]
-        return out
+        from .planning import settings_flags
+
+        return settings_flags(self.settings)
 
     @property
     def world_size(self) -> int:

@@ -26,29 +26,6 @@ class CNNConfig(ModelConfig):
     seq_len: int = 1  # the batch is images; there is no sequence
 
 
-def build_cnn(c: CNNConfig):
-    """conv 3x3 (3 -> C, stride 1, padding 1) -> batchnorm -> relu -> maxpool 2 -> conv 3x3 (C -> C) -> relu ->
-    global average pool -> a linear classifier -> the mean of the per-image loss (a scalar)."""
-    g = GraphBuilder(c.name, dims={"C": c.channels, "K": c.classes}, dtype=c.dtype,
-                     meta={"layers": 2, "seq_len": 1})
-    x = g.input("images", ("b", 3, c.image, c.image), dtype=c.dtype)
-    labels = g.input("labels", ("b",))
-    with g.layer(0):
-        w1 = g.param("conv1.weight", ("C", 3, 3, 3))
-        y = g.kernel("conv2d", x, w1, name="conv1", padding=1)
-        y = g.kernel("batchnorm", y, g.param("bn1.weight", ("C",)), g.param("bn1.bias", ("C",)), name="bn1")
-        y = g.kernel("relu", y, name="relu1")
-        y, _indices = g.kernel("maxpool", y, name="pool1", size=2)
-    with g.layer(1):
-        y = g.kernel("conv2d", y, g.param("conv2.weight", ("C", "C", 3, 3)), name="conv2", padding=1)
-        y = g.kernel("relu", y, name="relu2")
-        y = g.kernel("avgpool", y, name="gap", size="global")
-    logits = g.einsum("bc,kc->bk", y, g.param("fc.weight", ("K", "C")), name="fc")
-    loss = g.op("fused", "bk,b->b,bk", [logits, labels], name="loss", fn="cross_entropy_classes",
-                flop_terms=[(4, "bk", "other")], out_dtypes=["fp32", logits.dtype])[0]
-    return g.finish(g.kernel("mean", loss, name="mean_loss", spec="b->"))
-
-
 def cross_entropy_backward(g):  # a classifier's loss: softmax minus one-hot per logit, 2 FLOPs
     return [KernelDef(spec="b,bk,b->bk", reads=("dy", "y1", "x1"), grads=(0,), flops=[(2, "bk", "other")])]
 
@@ -58,11 +35,6 @@ def cross_entropy_forward(call):
 
 
 CLASSES_LOSS = KernelSpec("cross_entropy_classes", cross_entropy_forward, cross_entropy_backward)
-
-
-def build_cnn_registered(c: CNNConfig):
-    graph = build_cnn(c)
-    return graph
 
 
 class CNN:

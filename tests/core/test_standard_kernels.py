@@ -1,6 +1,5 @@
 """The core's standard kernels (stage_core.kernels.STANDARD) against hand-computed FLOPs and bytes."""
 
-import pytest
 
 from stage_core.autodiff import differentiate
 from stage_core.ir.builder import GraphBuilder

@@ -109,6 +109,20 @@ def write_set(host, tmp_path):
     return write
 
 
+def child_python(tmp_path):
+    """The Python of a new environment that sees this one's packages (the core, pip, setuptools) through
+    a .pth file: a distribution installs into it with no download and no build isolation."""
+    import sysconfig
+
+    env = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", env], check=True)
+    python = env / "bin" / "python"
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (Path(site) / "parent.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    return python
+
+
 def pytest_terminal_summary(terminalreporter, config):
     """The fuzz tests' counts per category (test_fuzz_*.py), after the run."""
     for line in config.__dict__.pop("fuzz_counts", []):  # (once, if both conftests load)

@@ -4,13 +4,10 @@ the installed core) and its own tests, which use the conformance kit, pass as wr
 from __future__ import annotations
 
 import subprocess
-import sys
-import sysconfig
-from pathlib import Path
 
 import pytest
 
-from conftest import stage
+from conftest import child_python, stage
 from stage_core.newplugin import KINDS
 
 
@@ -19,14 +16,7 @@ def test_the_skeleton_installs_and_passes(kind, tmp_path):
     target = tmp_path / f"stage-{kind}-demo"
     made = stage("new-plugin", "demo", "--kind", kind, "-o", target)
     assert made.returncode == 0, made.stderr
-    env = tmp_path / "venv"
-    # a new environment that sees this one's packages (the core, pip, setuptools) through a .pth file, so
-    # nothing is downloaded and the skeleton is built without isolation
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", env], check=True)
-    python = env / "bin" / "python"
-    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    (Path(site) / "parent.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    python = child_python(tmp_path)
     pip = subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", target],
                          capture_output=True, text=True)
     assert pip.returncode == 0, pip.stderr[-2000:]

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
 
-from conftest import stage
+from conftest import child_python
 from stage_core.flow import plan_job, write_trace_set
 from stage_core.hardware import resolve
 from stage_core.parallel.plan import Plan
@@ -102,12 +100,7 @@ def test_dualpipev_hides_expert_all_to_alls_on_a_deepseek_shaped_moe(host, tmp_p
 
 def test_a_third_partys_schedule_installed_from_its_folder_works(tmp_path):
     folder = Path(__file__).parent / "data" / "thirdparty-schedule"
-    env = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", env], check=True)
-    python = env / "bin" / "python"
-    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    (Path(site) / "parent.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    python = child_python(tmp_path)
     pip = subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", folder],
                          capture_output=True, text=True)
     assert pip.returncode == 0, pip.stderr[-2000:]

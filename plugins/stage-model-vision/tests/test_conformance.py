@@ -3,7 +3,7 @@
 import pytest
 from stage_core.api import Plan, UsageError, plan_job
 from stage_core.testing import (assert_config_round_trips, assert_flops_conserved, assert_forward_flops,
-                                assert_param_count, assert_tasks, assert_tp_shards_or_warns, fresh_host, jsonl_plugin,
+                                assert_param_count, assert_tasks, fresh_host, jsonl_plugin,
                                 reference_strategies)
 
 import stage_model_vision.plugin as vision
