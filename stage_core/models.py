@@ -583,6 +583,10 @@ class HFReader:
         """Every key this family places."""
         return {k for alts in self.requires for k in alts} | set(self.reads)
 
+    def can_read(self, data: Mapping[str, Any]) -> bool:
+        """Whether ``data`` (a parsed config.json) has every key this family requires."""
+        return not _missing(self, hf_keys_present(data))
+
 
 def hf_keys_present(data: Mapping[str, Any]) -> set[str]:
     """The keys of a config.json with a value (not null), a ``text_config``'s too (a multimodal
