@@ -501,6 +501,30 @@ class HFKeys:
             self.fail(key, "expected true or false")
         return value
 
+    def global_every(self, key: str, layers: int, default: int, local: tuple = ("sliding_attention",),
+                     full: tuple = ("full_attention",)) -> int | None:
+        """The period n of the global layers a per-layer list at ``key`` names (layer i global
+        when (i + 1) is a multiple of n; 0: every layer local; ``None``: every layer global);
+        absent or null: ``default``.  Entries are among ``local`` and ``full`` (a list longer
+        than ``layers`` is read up to ``layers``)."""
+        types = self.get(key)
+        if types is None:
+            return default
+        if not isinstance(types, list) or len(types) < layers or any(t not in local + full for t in types):
+            self.fail(key, f"expected a list of {layers} entries, each one of {', '.join(map(str, local + full))}")
+        types = types[:layers]
+        globals_ = [i for i, t in enumerate(types) if t in full]
+        if len(globals_) == layers:
+            return None
+        if not globals_:
+            return 0
+        every = globals_[0] + 1
+        if any((i + 1) % every == 0 for i in range(layers) if i not in globals_) or any((i + 1) % every
+                                                                                        for i in globals_):
+            self.fail(key, "STAGE models a periodic pattern (global layers where (i + 1) is a multiple of n); "
+                           "this list is not periodic")
+        return every
+
     def index_list(self, key: str) -> tuple[int, ...]:
         """A list of integers >= 0 (layer indices) at ``key``; absent or null: empty."""
         value = self.get(key) or []

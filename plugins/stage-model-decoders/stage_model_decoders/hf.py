@@ -122,21 +122,7 @@ def _default(defaults: Mapping[str, Any], key: str) -> dict:
 
 def _global_every(r: HFKeys, layers: int, default: int) -> int | None:
     """The period of the global layers, from ``layer_types`` when given (``None``: all global)."""
-    types = r.get("layer_types")
-    if types is None:
-        return default
-    if not isinstance(types, list) or len(types) != layers or any(t not in LAYER_TYPES for t in types):
-        r.fail("layer_types", f"expected a list of {layers} entries, each one of {', '.join(LAYER_TYPES)}")
-    full = [i for i, t in enumerate(types) if t == "full_attention"]
-    if len(full) == layers:
-        return None
-    if not full:
-        return 0
-    every = full[0] + 1
-    if any((i + 1) % every == 0 for i in range(layers) if i not in full) or any((i + 1) % every for i in full):
-        r.fail("layer_types", "STAGE models a periodic pattern (global layers where (i + 1) is a multiple of n); "
-                              "this list is not periodic")
-    return every
+    return r.global_every("layer_types", layers, default)
 
 
 def to_hf(config: DecoderConfig) -> dict[str, Any]:
