@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
-from stage_core.api import HFKeys
+from stage_core.api import HFKeys, HFReader, load_hf_config
 
 from .config import LAYER_KINDS, HybridConfig
 
@@ -52,16 +52,18 @@ FIELD_KEYS = {
 
 
 def config_from_hf(source: Mapping[str, Any] | str | os.PathLike) -> HybridConfig | None:
-    """A :class:`HybridConfig` from a mamba2 or nemotron_h config.json (dict or path); else ``None``."""
-    r = HFKeys.load(source)
-    if r.model_type not in MODEL_TYPES:
+    """A :class:`HybridConfig` from a mamba2 or nemotron_h config.json (dict or path); else ``None``
+    (the host reads any model_type by its keys; this function reads these model_types)."""
+    data, label = load_hf_config(source)
+    if data.get("model_type") not in MODEL_TYPES:
         return None
-    if r.model_type == "mamba2":
-        fields = _mamba2(r)
-    else:
-        fields = _nemotron_h(r)
-    return r.make(HybridConfig, {"name": r.model_name, "family": r.model_type, **fields},
-                  keys=FIELD_KEYS[r.model_type])
+    return read(HFKeys(data, label), data["model_type"])
+
+
+def read(r: HFKeys, family: str) -> HybridConfig:
+    """A :class:`HybridConfig` of ``family`` from a config.json's keys."""
+    fields = _mamba2(r) if family == "mamba2" else _nemotron_h(r)
+    return r.make(HybridConfig, {"name": r.model_name, "family": family, **fields}, keys=FIELD_KEYS[family])
 
 
 def _flag(r: HFKeys, key: str, default: bool, required: bool, what: str) -> None:
@@ -166,6 +168,26 @@ def _nemotron_h(r: HFKeys) -> dict[str, Any]:
                       shared_expert_ffn_hidden=r.int("moe_shared_expert_intermediate_size", default=0, minimum=0),
                       router_score="sigmoid")
     return fields
+
+
+READERS = {
+    "mamba2": HFReader(read=lambda r: read(r, "mamba2"),
+                       requires=(("hidden_size",), ("num_hidden_layers",), ("vocab_size",), ("num_heads",),
+                                 ("head_dim",), ("state_size",)),
+                       reads=("expand", "n_groups", "conv_kernel", "chunk_size", "tie_word_embeddings", "hidden_act",
+                              "rms_norm", "use_bias", "use_conv_bias"),
+                       model_types=("mamba2",)),
+    "nemotron_h": HFReader(read=lambda r: read(r, "nemotron_h"),
+                           requires=(("hidden_size",), ("vocab_size",), ("hybrid_override_pattern", "layers_block_type")),
+                           reads=("num_hidden_layers", "mamba_num_heads", "mamba_head_dim", "n_groups", "ssm_state_size",
+                                  "conv_kernel", "chunk_size", "num_attention_heads", "num_key_value_heads",
+                                  "attention_head_dim", "head_dim", "intermediate_size", "mlp_hidden_act",
+                                  "max_position_embeddings", "tie_word_embeddings", "use_bias", "mamba_proj_bias",
+                                  "attention_bias", "mlp_bias", "use_conv_bias", "n_routed_experts",
+                                  "num_experts_per_tok", "moe_intermediate_size", "moe_shared_expert_intermediate_size",
+                                  "moe_latent_size"),
+                           model_types=("nemotron_h",)),
+}
 
 
 def to_hf(config: HybridConfig) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from stage_core import hookimpl
 from stage_core.records import ModelSpec
 
 from .config import FAMILIES, HybridConfig
-from .hf import config_from_hf
+from .hf import READERS
 from .model import build
 from .presets import family_presets
 
@@ -20,12 +20,6 @@ DESCRIPTIONS = {
 def stage_models() -> list[ModelSpec]:
     return [
         ModelSpec(name=family, family=family, build=build, presets=family_presets(family),
-                  from_dict=HybridConfig.from_dict, hf_model_types=(family,), description=DESCRIPTIONS[family])
+                  from_dict=HybridConfig.from_dict, hf_reader=READERS[family], description=DESCRIPTIONS[family])
         for family in FAMILIES
     ]
-
-
-@hookimpl
-def stage_config_from_hf(hf_config):
-    """A HybridConfig for a mamba2 or nemotron_h config.json (a parsed dict, or a path to it or its folder)."""
-    return config_from_hf(hf_config)

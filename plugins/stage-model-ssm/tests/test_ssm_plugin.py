@@ -29,9 +29,13 @@ def test_two_families():
 
 
 def test_hooks_and_entry_point():
-    pm = fresh_host((plugin, "ssm")).pm
-    assert pm.hook.stage_config_from_hf(hf_config=to_hf(PRESETS["mamba2-2.7b"])) == PRESETS["mamba2-2.7b"]
-    assert pm.hook.stage_config_from_hf(hf_config={"model_type": "gemma2"}) is None
+    host = fresh_host((plugin, "ssm"))
+    assert host.config_from_hf(to_hf(PRESETS["mamba2-2.7b"])) == PRESETS["mamba2-2.7b"]
+    # the keys decide: a layer pattern is a hybrid whatever the model_type
+    hybrid = {**to_hf(PRESETS["nemotron-h-8b"]), "model_type": "some-hybrid"}
+    assert host.config_from_hf(hybrid) == PRESETS["nemotron-h-8b"]
+    with pytest.raises(UsageError, match="no model family reads it"):
+        host.config_from_hf({"model_type": "gemma2", "hidden_size": 8})
     assert {ep.name: ep.value for ep in entry_points(group="stage")}.get("ssm") == "stage_model_ssm.plugin"
 
 
