@@ -630,21 +630,35 @@ def _model_types(data: Mapping[str, Any]) -> set[str]:
     return {t for t in types if isinstance(t, str)}
 
 
+def _dominates(other: HFReader, reader: HFReader) -> bool:
+    """Whether ``other`` requires a fact ``reader`` cannot place at all (MoE's experts, for a
+    dense decoder's reader): a config it can read is not ``reader``'s, whatever its model_type."""
+    keys = reader.keys()
+    return any(not keys & set(alts) for alts in other.requires)
+
+
 def _missing(reader: HFReader, present: set[str]) -> list[tuple[str, ...]]:
     return [alts for alts in reader.requires if not present & set(alts)]
 
 
 def choose_hf_family(data: Mapping[str, Any], readers: Mapping[str, HFReader]) -> str:
-    """The family whose keys ``data`` has: among the families whose required keys are all
-    there, the one its ``model_type`` names, else the one placing the most of its keys
-    (the generic one on a tie, then by name).  :class:`UsageError` when none can read it:
+    """The family whose keys ``data`` has: the one its ``model_type`` names (when no other
+    family that can read it requires a key that one cannot place, as experts for a dense
+    decoder; a named family missing a required key is that error), else among the families
+    whose required keys are all there the one placing the most of its keys (the generic
+    one on a tie, then by name).  :class:`UsageError` when none can read it:
     the nearest family, the keys it misses, and the keys no family places."""
     present = hf_keys_present(data)
     types = _model_types(data)
     able = [name for name, r in readers.items() if not _missing(r, present)]
-    hinted = [name for name in able if types & set(readers[name].model_types)]
-    if hinted:
-        return sorted(hinted)[0]
+    for name in sorted(n for n, r in readers.items() if types & set(r.model_types)):
+        if any(_dominates(readers[other], readers[name]) for other in able if other != name):
+            continue  # the config has keys of another family this one cannot place (experts...)
+        if name in able:
+            return name
+        missing = " or ".join(_missing(readers[name], present)[0])
+        raise UsageError(f"config.json of model_type {data.get('model_type')!r} (family {name}): required key "
+                         f"{missing} is missing")
     if able:
         return min(able, key=lambda n: (-len(present & readers[n].keys()), not readers[n].generic, n))
     raise UsageError(hf_refusal(data, readers))
@@ -656,14 +670,20 @@ def hf_refusal(data: Mapping[str, Any], readers: Mapping[str, HFReader]) -> str:
     mt = data.get("model_type")
     if not readers:
         return f"config.json of model_type {mt!r}: no installed model plugin reads config.json files"
-    nearest = min(readers, key=lambda n: (len(_missing(readers[n], present)), -len(present & readers[n].keys()), n))
+    def rank(n):
+        missing = len(_missing(readers[n], present))
+        return -(len(readers[n].requires) - missing), -len(present & readers[n].keys()), not readers[n].generic, n
+
+    nearest = min(readers, key=rank)
+    types = sorted({t for r in readers.values() for t in r.model_types})
     missing = "; ".join(" or ".join(alts) for alts in _missing(readers[nearest], present))
     placed = set().union(*(r.keys() for r in readers.values())) | {"model_type", "architectures", "stage"}
     unplaced = sorted(present - placed)
     shown = ", ".join(unplaced[:12]) + (f" and {len(unplaced) - 12} more" if len(unplaced) > 12 else "")
     return (f"config.json of model_type {mt!r}: no model family reads it; the nearest, {nearest}, needs "
             f"{missing}" + (f"; keys no family places: {shown}" if unplaced else "")
-            + f"; give --family NAME to read it as one of: {', '.join(sorted(readers))}")
+            + f"; give --family NAME to read it as one of: {', '.join(sorted(readers))} (model_types known to "
+              f"import: {', '.join(types)})")
 
 
 def read_hf(data: Mapping[str, Any], readers: Mapping[str, HFReader], family: str | None = None,

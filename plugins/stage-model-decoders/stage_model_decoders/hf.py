@@ -133,7 +133,7 @@ def read(top: HFKeys, family: str) -> DecoderConfig:
 
 
 #: keys every family of this plugin reads, and each family's own (the evidence for it)
-COMMON_KEYS = ("num_key_value_heads", "head_dim", "intermediate_size", "max_position_embeddings",
+COMMON_KEYS = ("vocab_size", "num_key_value_heads", "head_dim", "intermediate_size", "max_position_embeddings",
                "tie_word_embeddings", "hidden_act", "hidden_activation", "attention_bias", "sliding_window",
                "layer_types")
 OWN_KEYS = {"gemma2": ("attn_logit_softcapping", "final_logit_softcapping"),
