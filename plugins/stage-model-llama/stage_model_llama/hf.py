@@ -37,7 +37,8 @@ embeddings).  An unknown model_type is read as Llama reads it.
 STAGE's own settings that config.json has no key for (vocabulary padding, training
 sequence length, attention kernel, dtype) travel in an optional ``"stage"`` object,
 which :func:`to_hf` writes so that a config round-trips exactly.  Without it the
-training sequence length is ``min(max_position_embeddings, 8192)``.
+vocabulary is as the checkpoint stores it (no padding) and the training sequence length
+is ``min(max_position_embeddings, 8192)``.
 """
 
 from __future__ import annotations
@@ -106,6 +107,7 @@ def read(r: HFKeys) -> LlamaConfig:
         "head_dim": head_dim,
         "ffn_hidden": ffn,
         "vocab_size": vocab,
+        "vocab_pad_to": 1,  # the table as the checkpoint stores it
         "max_positions": positions,
         "seq_len": min(positions, DEFAULT_SEQ_CAP),
         "tie_embeddings": r.bool("tie_word_embeddings", arch.get("tie", False)),

@@ -93,6 +93,7 @@ def read(top: HFKeys) -> MoEConfig:
         heads=heads,
         kv_heads=kv_heads,
         vocab_size=r.int("vocab_size"),
+        vocab_pad_to=1,  # the table as the checkpoint stores it
         max_positions=r.int("max_position_embeddings", DEFAULT_SEQ_LEN),
         rope_theta=r.number("rope_theta", 10000.0),
         norm_eps=r.number("rms_norm_eps", 1e-6),
