@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 import pytest
-from stage_core.models import hf_import_of, param_counts
+from stage_core.api import hf_import_of, param_counts
 from stage_core.testing import fresh_host
 
 from stage_model_llama import build, plugin
