@@ -772,8 +772,8 @@ def layer_kinds(graph: Graph) -> dict[str, int]:
             continue
         parts = op.name.split(".")
         scope = parts[2] if len(parts) > 3 and parts[0] == "layers" else None
-        if scope is None:
-            continue
+        if scope is None or op.kind in ("norm", "view") or parts[-1].endswith(("residual", "norm")):
+            continue  # a block's norm and residual add: the layer's plumbing, not a block of its own
         blocks.setdefault(op.layer, {})[BLOCK_NAMES.get(scope, scope)] = None
         if op.attrs.get("window"):
             windows.setdefault(op.layer, set()).add(op.attrs["window"])

@@ -179,7 +179,8 @@ def _attention(r: HFKeys, arch: Mapping[str, Any], layers: int, hidden: int, hea
     r.get("use_qk_norm")  # Llama 4's L2 norm of q and k has no weights
     chunk = r.int("attention_chunk_size", default=None)
     if chunk is not None:  # Llama 4: chunked attention, every layer but the NoPE ones
-        every = r.global_every("no_rope_layers", layers, 4, local=(1,), full=(0,))
+        interval = r.int("no_rope_layer_interval", 4)
+        every = r.global_every("no_rope_layers", layers, interval, local=(1,), full=(0,))
         return {**out, "sliding_window": max(1, chunk // 2), "global_every": every or 0, "rope_global": False}
     use = r.get("use_sliding_window")
     window = r.int("sliding_window", default=None)
@@ -220,7 +221,8 @@ READER = HFReader(
            "interleave_moe_layer_step", "moe_layer_freq", "moe_layers", "scoring_func", "topk_method", "n_group",
            "topk_group", "norm_topk_prob", "routed_scaling_factor", "kv_lora_rank", "q_lora_rank",
            "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "num_nextn_predict_layers", "attention_bias",
-           "qkv_bias", "lm_head_bias", "use_qk_norm", "attention_chunk_size", "no_rope_layers", "sliding_window",
+           "qkv_bias", "lm_head_bias", "use_qk_norm", "attention_chunk_size", "no_rope_layers",
+           "no_rope_layer_interval", "sliding_window",
            "use_sliding_window", "max_window_layers", "layer_types", "swiglu_limit", "rope_theta", "rms_norm_eps"),
     model_types=MODEL_TYPES,
 )
