@@ -36,15 +36,18 @@ ATTENTION_KINDS = ("flash", "classic")
 
 
 # ---------------------------------------------------------------------- graph prologue and epilogue
-def model_builder(config, **meta) -> GraphBuilder:
+def model_builder(config, *, kernels=None, **meta) -> GraphBuilder:
     """A builder for ``config`` (a :class:`~stage_core.models.ModelConfig` with ``dims()``,
     ``dtype``, ``layers`` and ``seq_len``): named ``config.name`` (or its family), over its
-    dims; ``graph.meta`` holds family, layers and seq_len, then ``meta``."""
+    dims; ``graph.meta`` holds family, layers and seq_len, then ``meta``.  ``kernels``: the
+    registered kernels the model calls (its ``ModelSpec.kernels``; default: those of the
+    model the host is building), so that ``build(config)`` called directly works too."""
     return GraphBuilder(
         config.name or config.family,
         dims=config.dims(),
         dtype=config.dtype,
         meta={"family": config.family, "layers": config.layers, "seq_len": config.seq_len, **meta},
+        kernels=kernels,
     )
 
 
