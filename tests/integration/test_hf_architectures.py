@@ -12,6 +12,7 @@ from stage_core.parallel import Plan
 
 ROOT = Path(__file__).resolve().parents[2]
 MOE = ROOT / "plugins/stage-model-moe/tests/configs"
+SSM = ROOT / "plugins/stage-model-ssm/tests/configs"
 
 TRAIN = Plan(tp=2, pp=2, micro_batches=2, seq_len=256)
 DECODE = Plan(task="decode", tp=2, pp=2, micro_batches=2, micro_batch_size=4, context_len=512)
@@ -29,6 +30,11 @@ SETS = [
     # DeepSeek-V2-Lite: MLA (absorbed for decode), a dense first layer, two shared experts
     (MOE / "DeepSeek-V2-Lite.json", {"num_hidden_layers": 4}, TRAIN),
     (MOE / "DeepSeek-V2-Lite.json", {"num_hidden_layers": 4}, DECODE),
+    # Jamba: Mamba-1 (the selective scan, a registered kernel) and attention (layer 4 of 8),
+    # MoE every other layer; decode keeps the SSM and conv states and the attention's KV cache
+    (SSM / "Jamba-v0.1.json", {"num_hidden_layers": 8}, TRAIN),
+    (SSM / "Jamba-v0.1.json", {"num_hidden_layers": 8}, DECODE),
+    (SSM / "falcon-mamba-7b.json", {"num_hidden_layers": 4}, DECODE),
 ]
 
 
