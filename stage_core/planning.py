@@ -362,7 +362,7 @@ def _request(args: argparse.Namespace, host, used_default: bool, plan_name: str 
     )
     serve = {name: getattr(args, name.replace("-", "_")) for name in SERVE_SETTINGS}
     family = getattr(args, "family", None)
-    if family is not None and host is not None:
+    if host is not None:
         host.hf_family = family  # the host reads a config.json as this family (PluginHost.config_from_hf)
     return PlanRequest(model, _overrides(args.set or []), plan, getattr(args, "gpu", None), plan_name,
                        used_default, serve, given_names, family)
