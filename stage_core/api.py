@@ -40,9 +40,9 @@ from .ir.tensor import DTYPE_BYTES, Role, Tensor
 from .kernel import Gemm, Kernel, kernel
 from .kernels import STANDARD as STANDARD_KERNELS
 from .kernels import Grads, KernelCall, KernelDef, KernelSpec
-from .models import (DTYPES, PLAN_DIMS, HFKeys, ModelConfig, check_at_most, check_bool, check_choice, check_divides,
-                     check_int, check_positive_number, check_str, evaluate_sum, flops_by_layer, load_hf_config, padded,
-                     param_counts, saved_bytes_per_layer, step_values, total, training_flops)
+from .models import (DTYPES, PLAN_DIMS, HFKeys, HFReader, ModelConfig, check_at_most, check_bool, check_choice,
+                     check_divides, check_int, check_positive_number, check_str, evaluate_sum, flops_by_layer,
+                     hf_import_of, layer_kinds, load_hf_config, padded, param_counts, saved_bytes_per_layer, step_values, total, training_flops)
 from .parallel.lower import Timing
 from .parallel.mesh import Mesh
 from .parallel.moe import expert_tensors
@@ -75,7 +75,8 @@ __all__ = [
     "StageError", "UsageError", "PluginError", "OutputError", "TraceError", "TraceReadError", "TraceWriteError",
     # models
     "ModelConfig", "DTYPES", "check_at_most", "check_bool", "check_choice", "check_divides", "check_int",
-    "check_positive_number", "check_str", "padded", "HFKeys", "load_hf_config", "GraphBuilder", "Graph", "Tensor",
+    "check_positive_number", "check_str", "padded", "HFKeys", "HFReader", "hf_import_of", "layer_kinds",
+    "load_hf_config", "GraphBuilder", "Graph", "Tensor",
     "Role", "Op", "DTYPE_BYTES", "FORWARD", "BACKWARD", "OPTIMIZER", "MATMUL", "OTHER", "blocks", "RESIDUAL",
     "ATTENTION_KINDS", "GLU_KINDS", "sym", "param_counts", "evaluate_sum", "step_values", "training_flops",
     "flops_by_layer", "saved_bytes_per_layer", "total", "PLAN_DIMS", "flop_counts",

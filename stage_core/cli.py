@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Sequence
 
 from . import __version__, hardware
-from .flow import check_output_dir, largest_batch, model_graphs, plan_job, read_trace_set, write_trace_set
+from .flow import (check_output_dir, largest_batch, model_graphs, plan_job, read_trace_set, resolve_model,
+                   write_trace_set)
 from .errors import PluginError, StageError, TraceError, UsageError
-from .models import param_counts
+from .models import hf_import_of, layer_kinds, param_counts
 from .newplugin import KINDS, write_skeleton
 from .parallel.plan import Plan
-from .planning import _Parser, _host_choice_flag, add_gpu_flag, add_plan_flags, plan_from_args
+from .planning import _Parser, _host_choice_flag, _overrides, add_gpu_flag, add_plan_flags, plan_from_args
 from .plugins import PluginHost
 from .rankset import parse_ranks, ranks_text
 from .serve import parse_side, plan_serve, side_plans
@@ -183,11 +184,14 @@ def cmd_report(host: PluginHost, args) -> int:
         return _report_serve(result, gpu, gpu_memory, args.json)
     m = _with_largest_batch(result.manifest, gpu_memory)
     if args.json:
-        print(json.dumps(m, indent=2))
+        total, active = param_counts(result.forward)
+        print(json.dumps({**m, "parameters": {"total": total, "active": active}}, indent=2))
         return 0
     named = f"  (plan {req.plan_name})" if req.plan_name else ""
     print(f"{result.config.name}  {_plan_text(result.plan)}  world {m['world_size']}{named}  "
           f"(per rank, per {_step_text(result.plan)}; FLOPs and bytes)")
+    total, active = param_counts(result.forward)
+    print(f"parameters: {total:,} total, {active:,} active per token")
     _print_classes(m, result.plan, gpu)
     if "inference" in m:
         _print_cache(m, result.plan)
@@ -346,6 +350,10 @@ def _verdict_text(verdict) -> str:
 
 
 def cmd_models(host: PluginHost, args) -> int:
+    if args.file is not None:
+        return _model_file(host, args)
+    if args.family is not None:
+        raise UsageError(f"--family {args.family}: it reads a config.json FILE as that family; give the FILE too")
     rows = []
     for spec in host.models():
         for name in sorted(spec.presets):
@@ -364,6 +372,30 @@ def cmd_models(host: PluginHost, args) -> int:
     for r in rows:
         print(f"{r['name']:<{width}}  {r['family']:<8} {_count(r['params_total']):>10} "
               f"{_count(r['params_active']):>10}  {r['plugin']}")
+    return 0
+
+
+def _model_file(host: PluginHost, args) -> int:
+    """``stage models FILE``: how a config.json is read (family, parameters, layers, ignored keys)."""
+    if args.family:
+        host.hf_family = args.family
+    spec, config = resolve_model(host, args.file, _overrides(args.set))
+    graph = spec.build(config)
+    total, active = param_counts(graph)
+    record = hf_import_of(config) or {}
+    kinds = layer_kinds(graph)
+    if args.json:
+        print(json.dumps({"source": record.get("source", args.file), "model_type": record.get("model_type"),
+                          "family": spec.family, "plugin": spec.plugin, "name": config.name,
+                          "params_total": total, "params_active": active,
+                          "layers": sum(kinds.values()), "layers_by_kind": kinds,
+                          "ignored_keys": record.get("ignored_keys", []), "model": config.to_dict()}, indent=2))
+        return 0
+    print(f"{args.file}: model_type {record.get('model_type')!r} read as family {spec.family} ({spec.plugin})")
+    print(f"parameters: {total:,} total, {active:,} active per token ({_count(total)}, {_count(active)})")
+    print(f"layers: {sum(kinds.values())}: " + ", ".join(f"{n} {kind}" for kind, n in kinds.items()))
+    ignored = record.get("ignored_keys", [])
+    print(f"keys not modelled (ignored): {', '.join(ignored) if ignored else 'none'}")
     return 0
 
 
@@ -450,7 +482,13 @@ def build_parser(host: PluginHost | None) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the verdict and the problems as JSON")
     p.set_defaults(run=cmd_validate)
 
-    p = sub.add_parser("models", help="list model presets with their parameter counts")
+    p = sub.add_parser("models", help="list model presets with their parameter counts, or show how a config.json "
+                                      "FILE is read")
+    p.add_argument("file", nargs="?", metavar="FILE", help="a Hugging Face config.json: its family, total and "
+                                                          "active parameters, layers by kind, ignored keys")
+    p.add_argument("--family", metavar="NAME", help="read FILE as this model family")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a field or a config.json key of FILE (repeatable)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_models)
 

@@ -227,6 +227,11 @@ def stage_simulators() -> Sequence[SimulatorSpec]:
 def stage_config_from_hf(hf_config: Mapping[str, Any]) -> Any | None:
     """Turn a Hugging Face ``config.json`` (already parsed) into a model config.
 
+    A family usually declares how it reads config.json instead, as data: an
+    :class:`~stage_core.models.HFReader` in its ``ModelSpec.hf_reader`` (the keys it
+    requires and reads), and the host picks the family whose keys a config has.  This
+    hook answers first, for a plugin that reads config.json its own way.
+
     Stops at the first non-None result.  Return ``None`` when your plugin does not
     handle ``hf_config["model_type"]``; raise
     :class:`stage_core.errors.UsageError` naming the key when you handle the type

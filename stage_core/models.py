@@ -97,18 +97,66 @@ class ModelConfig:
         return self
 
     def with_overrides(self, overrides: Mapping[str, str]):
-        """Apply ``--set key=value`` strings, converting each to the field's type."""
+        """Apply ``--set key=value`` strings, converting each to the field's type.
+
+        A key may also be a Hugging Face config.json key.  A config imported from a
+        config.json is read again with those keys changed (``--set num_hidden_layers=4``
+        is the same file with 4 layers: lists of one entry per layer are cut to the new
+        count); any other config takes them through :meth:`hf_field` (``num_hidden_layers``
+        -> ``layers``).  Field names are applied last.
+        """
         fields = {f.name: f for f in dataclasses.fields(self)}
+        hf = {k: v for k, v in overrides.items() if k not in fields}
+        config = self
+        if hf:
+            source = getattr(self, HF_SOURCE_ATTR, None)
+            if source is not None and any(_hf_key_known(source[0], k) for k in hf):
+                config = reread_hf(self, hf)
+            else:
+                changed = dict(overrides)
+                for key, raw in hf.items():
+                    field = self.hf_field(key)
+                    if field is None:
+                        keys = ", ".join(sorted(k for k in self.HF_FIELDS if self.hf_field(k)))
+                        raise UsageError(
+                            f"--set {key}={raw}: {type(self).__name__} has no field {key!r} and it is no config.json "
+                            f"key of this model; valid fields: {', '.join(sorted(fields))}; config.json keys: {keys}"
+                        )
+                    del changed[key]
+                    changed.setdefault(field, raw)
+                return config._with_fields(changed, fields)
+        return config._with_fields({k: v for k, v in overrides.items() if k in fields}, fields)
+
+    def _with_fields(self, overrides: Mapping[str, str], fields) -> "ModelConfig":
         hints = typing.get_type_hints(type(self))
         changes = {}
         for key, raw in overrides.items():
-            if key not in fields:
-                raise UsageError(
-                    f"--set {key}={raw}: {type(self).__name__} has no field {key!r}; "
-                    f"valid fields: {', '.join(sorted(fields))}"
-                )
             changes[key] = _convert(key, raw, hints.get(key, str))
-        return dataclasses.replace(self, **changes)
+        if not changes:
+            return self
+        return keep_hf_import(self, dataclasses.replace(self, **changes))
+
+    #: Hugging Face config.json key -> config field, for ``--set`` on a config that was not
+    #: imported from a file (a family adds its own: ``HF_FIELDS = {**ModelConfig.HF_FIELDS, ...}``)
+    HF_FIELDS: ClassVar[dict[str, str]] = {
+        "num_hidden_layers": "layers", "n_layer": "layers", "num_layers": "layers", "n_layers": "layers",
+        "hidden_size": "hidden", "n_embd": "hidden", "d_model": "hidden",
+        "num_attention_heads": "heads", "n_head": "heads",
+        "num_key_value_heads": "kv_heads", "num_kv_heads": "kv_heads", "multi_query_group_num": "kv_heads",
+        "head_dim": "head_dim", "kv_channels": "head_dim",
+        "intermediate_size": "ffn_hidden", "ffn_hidden_size": "ffn_hidden", "n_inner": "ffn_hidden",
+        "vocab_size": "vocab_size", "padded_vocab_size": "vocab_size",
+        "max_position_embeddings": "max_positions", "n_positions": "max_positions",
+        "tie_word_embeddings": "tie_embeddings", "sliding_window": "sliding_window",
+        "num_local_experts": "experts", "num_experts": "experts", "n_routed_experts": "experts",
+        "num_experts_per_tok": "experts_per_token", "moe_intermediate_size": "expert_ffn_hidden",
+    }
+
+    def hf_field(self, key: str) -> str | None:
+        """The field a config.json ``key`` sets in this config, or None."""
+        field = self.HF_FIELDS.get(key)
+        names = {f.name for f in dataclasses.fields(self)}
+        return field if field in names else None
 
 
 def _convert(key: str, raw: str, hint) -> Any:
@@ -461,6 +509,30 @@ class HFKeys:
             self.fail(key, "expected true or false")
         return value
 
+    def global_every(self, key: str, layers: int, default: int, local: tuple = ("sliding_attention",),
+                     full: tuple = ("full_attention",)) -> int | None:
+        """The period n of the global layers a per-layer list at ``key`` names (layer i global
+        when (i + 1) is a multiple of n; 0: every layer local; ``None``: every layer global);
+        absent or null: ``default``.  Entries are among ``local`` and ``full`` (a list longer
+        than ``layers`` is read up to ``layers``)."""
+        types = self.get(key)
+        if types is None:
+            return default
+        if not isinstance(types, list) or len(types) < layers or any(t not in local + full for t in types):
+            self.fail(key, f"expected a list of {layers} entries, each one of {', '.join(map(str, local + full))}")
+        types = types[:layers]
+        globals_ = [i for i, t in enumerate(types) if t in full]
+        if len(globals_) == layers:
+            return None
+        if not globals_:
+            return 0
+        every = globals_[0] + 1
+        if any((i + 1) % every == 0 for i in range(layers) if i not in globals_) or any((i + 1) % every
+                                                                                        for i in globals_):
+            self.fail(key, "STAGE models a periodic pattern (global layers where (i + 1) is a multiple of n); "
+                           "this list is not periodic")
+        return every
+
     def index_list(self, key: str) -> tuple[int, ...]:
         """A list of integers >= 0 (layer indices) at ``key``; absent or null: empty."""
         value = self.get(key) or []
@@ -509,3 +581,217 @@ class HFKeys:
         object.__setattr__(config, HF_IMPORT_ATTR, {"source": self.label, "model_type": self.data.get("model_type"),
                                                     "ignored_keys": list(self.ignored())})
         return config
+
+
+# ---------------------------------------------------------------------- reading a config.json by its keys
+#: the attribute :func:`read_hf` leaves on a config it made: ``(config.json data, reader)``,
+#: what ``--set <config.json key>=...`` reads again (not a field, like :data:`HF_IMPORT_ATTR`)
+HF_SOURCE_ATTR = "_hf_source"
+
+
+@dataclasses.dataclass(frozen=True)
+class HFReader:
+    """How a model family reads a Hugging Face ``config.json``: by the keys it has.
+
+    ``read(keys)`` takes an :class:`HFKeys` and returns the family's config (raising
+    :class:`UsageError` naming the key for a value it cannot model).  ``requires``: the
+    facts it cannot do without, each a tuple of the key names that may carry it
+    (``("num_hidden_layers", "num_layers", "n_layer")``): one of them present and not
+    null.  ``reads``: every other key it reads, the evidence that a config is of this
+    family (``num_local_experts``...).  ``model_types``: the ``model_type`` values known
+    to import (a hint: the family is chosen for them when its required keys are there,
+    and it may use the hint for what a config has no key for, such as Qwen3's q/k norm).
+    ``generic``: the family to take, among those equally placed, when nothing else
+    decides (the plain decoder).
+    """
+
+    read: typing.Callable[["HFKeys"], Any]
+    requires: tuple[tuple[str, ...], ...]
+    reads: tuple[str, ...] = ()
+    model_types: tuple[str, ...] = ()
+    generic: bool = False
+
+    def keys(self) -> set[str]:
+        """Every key this family places."""
+        return {k for alts in self.requires for k in alts} | set(self.reads)
+
+    def can_read(self, data: Mapping[str, Any]) -> bool:
+        """Whether ``data`` (a parsed config.json) has every key this family requires."""
+        return not _missing(self, hf_keys_present(data))
+
+
+def hf_keys_present(data: Mapping[str, Any]) -> set[str]:
+    """The keys of a config.json with a value (not null), a ``text_config``'s too (a multimodal
+    model's decoder, as Gemma 3 and Llama 4 nest it)."""
+    out = {str(k) for k, v in data.items() if v is not None}
+    child = data.get("text_config")
+    if isinstance(child, Mapping):
+        out |= {str(k) for k, v in child.items() if v is not None}
+    return out
+
+
+def _model_types(data: Mapping[str, Any]) -> set[str]:
+    types = {data.get("model_type")}
+    child = data.get("text_config")
+    if isinstance(child, Mapping):
+        types.add(child.get("model_type"))
+    return {t for t in types if isinstance(t, str)}
+
+
+def _dominates(other: HFReader, reader: HFReader) -> bool:
+    """Whether ``other`` requires a fact ``reader`` cannot place at all (MoE's experts, for a
+    dense decoder's reader): a config it can read is not ``reader``'s, whatever its model_type."""
+    keys = reader.keys()
+    return any(not keys & set(alts) for alts in other.requires)
+
+
+def _missing(reader: HFReader, present: set[str]) -> list[tuple[str, ...]]:
+    return [alts for alts in reader.requires if not present & set(alts)]
+
+
+def choose_hf_family(data: Mapping[str, Any], readers: Mapping[str, HFReader]) -> str:
+    """The family whose keys ``data`` has: the one its ``model_type`` names (when no other
+    family that can read it requires a key that one cannot place, as experts for a dense
+    decoder; a named family missing a required key is that error), else among the families
+    whose required keys are all there the one placing the most of its keys (the generic
+    one on a tie, then by name).  :class:`UsageError` when none can read it:
+    the nearest family, the keys it misses, and the keys no family places."""
+    present = hf_keys_present(data)
+    types = _model_types(data)
+    able = [name for name, r in readers.items() if not _missing(r, present)]
+    for name in sorted(n for n, r in readers.items() if types & set(r.model_types)):
+        if any(_dominates(readers[other], readers[name]) for other in able if other != name):
+            continue  # the config has keys of another family this one cannot place (experts...)
+        if name in able:
+            return name
+        missing = " or ".join(_missing(readers[name], present)[0])
+        raise UsageError(f"config.json of model_type {data.get('model_type')!r} (family {name}): required key "
+                         f"{missing} is missing")
+    if able:
+        return min(able, key=lambda n: (-len(present & readers[n].keys()), not readers[n].generic, n))
+    raise UsageError(hf_refusal(data, readers))
+
+
+def hf_refusal(data: Mapping[str, Any], readers: Mapping[str, HFReader]) -> str:
+    """The one line for a config.json no family reads."""
+    present = hf_keys_present(data)
+    mt = data.get("model_type")
+    if not readers:
+        return f"config.json of model_type {mt!r}: no installed model plugin reads config.json files"
+    def rank(n):
+        missing = len(_missing(readers[n], present))
+        return -(len(readers[n].requires) - missing), -len(present & readers[n].keys()), not readers[n].generic, n
+
+    nearest = min(readers, key=rank)
+    types = sorted({t for r in readers.values() for t in r.model_types})
+    missing = "; ".join(" or ".join(alts) for alts in _missing(readers[nearest], present))
+    placed = set().union(*(r.keys() for r in readers.values())) | {"model_type", "architectures", "stage"}
+    unplaced = sorted(present - placed)
+    shown = ", ".join(unplaced[:12]) + (f" and {len(unplaced) - 12} more" if len(unplaced) > 12 else "")
+    return (f"config.json of model_type {mt!r}: no model family reads it; the nearest, {nearest}, needs "
+            f"{missing}" + (f"; keys no family places: {shown}" if unplaced else "")
+            + f"; give --family NAME to read it as one of: {', '.join(sorted(readers))} (model_types known to "
+              f"import: {', '.join(types)})")
+
+
+def read_hf(data: Mapping[str, Any], readers: Mapping[str, HFReader], family: str | None = None,
+            label: str = HF_LABEL):
+    """The config ``data`` (a parsed config.json) describes, read by the family
+    :func:`choose_hf_family` picks, or by ``family`` when given (``--family``)."""
+    if family is None:
+        family = choose_hf_family(data, readers)
+    elif family not in readers:
+        raise UsageError(f"--family {family}: no family of that name reads config.json files; "
+                         f"valid: {', '.join(sorted(readers)) or 'none installed'}")
+    reader = readers[family]
+    keys = HFKeys(data, label)
+    missing = _missing(reader, hf_keys_present(data))
+    if missing:
+        raise UsageError(f"{label}: family {family} needs key {' or '.join(missing[0])}, which is missing "
+                         f"(model_type {data.get('model_type')!r})")
+    config = reader.read(keys)
+    record = hf_import_of(config)
+    if record is not None:
+        record["family"] = getattr(config, "family", family)
+    object.__setattr__(config, HF_SOURCE_ATTR, (dict(data), reader))
+    return config
+
+
+def _hf_key_known(data: Mapping[str, Any], key: str) -> bool:
+    child = data.get("text_config")
+    return key in data or (isinstance(child, Mapping) and key in child)
+
+
+def _json_value(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def reread_hf(config, overrides: Mapping[str, str]):
+    """``config`` read again from its config.json with ``overrides`` (config.json keys, or
+    field names applied after) changed.  A changed layer count cuts every list (or string)
+    of one entry per layer to the new count."""
+    data, reader = getattr(config, HF_SOURCE_ATTR)
+    names = {f.name for f in dataclasses.fields(config)}
+    new = {k: (dict(v) if k == "text_config" and isinstance(v, Mapping) else v) for k, v in data.items()}
+    fields = {}
+    for key, raw in overrides.items():
+        if not _hf_key_known(data, key):
+            if key in names:
+                fields[key] = raw
+                continue
+            raise UsageError(f"--set {key}={raw}: no field {key!r} and no such key in the config.json; valid fields: "
+                             f"{', '.join(sorted(names))}, or a key of the config.json")
+        where = new if key in data else new["text_config"]
+        old, value = where[key], _json_value(raw)
+        where[key] = value
+        if _is_int(old) and _is_int(value) and value < old:
+            for obj in (new, new.get("text_config")):
+                if isinstance(obj, dict):
+                    for k, v in obj.items():
+                        if isinstance(v, (list, str)) and len(v) == old and k != key:
+                            obj[k] = v[:value]
+    record = hf_import_of(config) or {}
+    again = reader.read(HFKeys(new, record.get("source", HF_LABEL)))
+    again_record = hf_import_of(again)
+    if again_record is not None and "family" in record:
+        again_record["family"] = record["family"]
+    object.__setattr__(again, HF_SOURCE_ATTR, (new, reader))
+    if fields:
+        return again.with_overrides(fields)
+    return again
+
+
+# ---------------------------------------------------------------------- what a model's layers are
+#: a layer's block scopes as ``stage models FILE`` names them
+BLOCK_NAMES = {"attn": "attention", "mlp": "mlp", "moe": "moe", "mamba": "mamba", "shared": "shared block"}
+
+
+def layer_kinds(graph: Graph) -> dict[str, int]:
+    """How many layers of each kind a model graph has, in order of first appearance: the
+    blocks each layer holds by their scope (``layers.<i>.<block>.``), attention with its
+    window when local (``{"attention (window 128) + moe": 12, "attention + moe": 12}``)."""
+    blocks: dict[int, dict[str, None]] = {}
+    windows: dict[int, set] = {}
+    for op in graph.ops:
+        if op.layer is None:
+            continue
+        parts = op.name.split(".")
+        scope = parts[2] if len(parts) > 3 and parts[0] == "layers" else None
+        if scope is None or op.kind in ("norm", "view") or parts[-1].endswith(("residual", "norm")):
+            continue  # a block's norm and residual add: the layer's plumbing, not a block of its own
+        blocks.setdefault(op.layer, {})[BLOCK_NAMES.get(scope, scope)] = None
+        if op.attrs.get("window"):
+            windows.setdefault(op.layer, set()).add(op.attrs["window"])
+    out: dict[str, int] = {}
+    for layer in sorted(blocks):
+        names = []
+        for name in blocks[layer]:
+            if name == "attention" and windows.get(layer):
+                name += f" (window {', '.join(map(str, sorted(windows[layer])))})"
+            names.append(name)
+        kind = " + ".join(names)
+        out[kind] = out.get(kind, 0) + 1
+    return out

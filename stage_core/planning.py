@@ -71,7 +71,10 @@ def add_plan_flags(p: argparse.ArgumentParser, host=None) -> None:
     g.add_argument("--model", help=f"a preset name (see `stage models`) or a Hugging Face config.json "
                                    f"(default: {DEFAULT_MODEL})")
     g.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
-                   help="override a field of the model config (repeatable)")
+                   help="override a field of the model config, or a key of its config.json (e.g. "
+                        "num_hidden_layers=4; repeatable)")
+    g.add_argument("--family", metavar="NAME", help="read the config.json as this model family (default: the "
+                                                    "family whose keys it has; see `stage models`)")
     g = p.add_argument_group("parallel plan")
     g.add_argument("--plan", metavar="NAME", help="start from a named plan (see `stage plans`); the flags given "
                                                   "alongside override its settings")
@@ -170,6 +173,7 @@ class PlanRequest:
     used_default: bool = False
     serve: Mapping[str, Any] = field(default_factory=dict)
     given: frozenset[str] = frozenset()  # the settings given (a named plan's included)
+    family: str | None = None  # --family: the family a config.json is read as
 
 
 def settings_flags(settings: Mapping[str, Any]) -> list[str]:
@@ -357,8 +361,11 @@ def _request(args: argparse.Namespace, host, used_default: bool, plan_name: str 
         options=_options(args, host),
     )
     serve = {name: getattr(args, name.replace("-", "_")) for name in SERVE_SETTINGS}
+    family = getattr(args, "family", None)
+    if host is not None:
+        host.hf_family = family  # the host reads a config.json as this family (PluginHost.config_from_hf)
     return PlanRequest(model, _overrides(args.set or []), plan, getattr(args, "gpu", None), plan_name,
-                       used_default, serve, given_names)
+                       used_default, serve, given_names, family)
 
 
 def _options(args: argparse.Namespace, host) -> tuple[tuple[str, Any], ...]:

@@ -26,6 +26,7 @@ from . import hookspecs
 from .errors import PluginError, UsageError
 from .guard import Guarded, Owner, PluginFault, guard_record
 from .hookspecs import PROJECT
+from .models import read_hf
 from .records import (BackendSpec, CommandSpec, ComputeModelSpec, ExecutorSpec, HardwareSpec, ModelSpec, PlanSpec,
                       PluginInfo, ScheduleSpec, SimulatorSpec, StrategySpec)
 
@@ -199,16 +200,36 @@ class PluginHost:
     def simulators(self) -> list[SimulatorSpec]:
         return self._collect("stage_simulators", "simulator")
 
-    def config_from_hf(self, hf_config: Mapping[str, Any]):
-        """The first config a plugin makes of ``hf_config`` (pluggy's call order: tryfirst, then the
-        last registered first, trylast last); a plugin that raises is named (a UsageError about
-        the config passes through)."""
-        for impl in reversed(self.pm.hook.stage_config_from_hf.get_hookimpls()):
-            owner = self.owner(impl.plugin_name, "config.json import", "stage_config_from_hf")
-            got = Guarded(impl.function, owner, "the import")(hf_config=hf_config)
-            if got is not None:
-                return got
-        return None
+    #: the family ``config_from_hf`` reads a config.json as when none is given (``--family``)
+    hf_family: str | None = None
+
+    def hf_readers(self) -> dict[str, Any]:
+        """family -> :class:`~stage_core.models.HFReader` of every family that reads config.json files."""
+        return {s.family: s.hf_reader for s in self.models() if s.hf_reader is not None}
+
+    def config_from_hf(self, hf_config: Mapping[str, Any], family: str | None = None, label: str = "config.json"):
+        """The model config a parsed config.json describes.
+
+        A plugin's own ``stage_config_from_hf`` answers first (unless a ``family`` is
+        forced; pluggy's call order: tryfirst, then the last registered first, trylast last;
+        a plugin that raises is named); otherwise the family whose keys the config has reads
+        it (:func:`stage_core.models.read_hf`), or ``family`` (default :attr:`hf_family`).
+        A config no family reads is a :class:`UsageError` naming the nearest family and
+        the keys it could not place."""
+        family = family if family is not None else self.hf_family
+        if family is None:
+            for impl in reversed(self.pm.hook.stage_config_from_hf.get_hookimpls()):
+                owner = self.owner(impl.plugin_name, "config.json import", "stage_config_from_hf")
+                found = Guarded(impl.function, owner, "the import")(hf_config=hf_config)
+                if found is not None:
+                    return found
+        readers = self.hf_readers()
+        if not readers and family is None:
+            return None  # the caller names the supported model types (none)
+        try:
+            return read_hf(hf_config, readers, family, label)
+        except UsageError as exc:
+            raise UsageError(f"{exc}{self.broken_hint()}") from None
 
     # ------------------------------------------------------------------ lookups with clear errors
     def preset(self, name: str) -> tuple[ModelSpec, Any]:

@@ -27,9 +27,12 @@ class ModelSpec:
     ``from_dict(d)`` rebuilds a config of this family from a plain dict (the
     inverse of the config's ``to_dict()``), used for ``--set`` overrides and for
     manifests.  ``hf_model_types`` lists the Hugging Face ``model_type`` values this
-    family imports.  ``kernels`` lists the registered kernels
+    family is known to import.  ``kernels`` lists the registered kernels
     (:class:`stage_core.kernels.KernelSpec`) the family's graphs call with
     ``GraphBuilder.kernel``: the registration is scoped to this family's models.
+    ``hf_reader`` (a :class:`stage_core.models.HFReader`): how it reads a config.json by
+    its keys; the host picks, for a config.json, the family whose keys it has
+    (``hf_model_types`` default to the reader's ``model_types``).
     """
 
     name: str
@@ -41,6 +44,11 @@ class ModelSpec:
     description: str = ""
     kernels: tuple = ()
     plugin: str = ""
+    hf_reader: Any = None
+
+    def __post_init__(self):
+        if self.hf_reader is not None and not self.hf_model_types:
+            object.__setattr__(self, "hf_model_types", tuple(self.hf_reader.model_types))
 
 
 _OPTION_TYPES = (int, float, str, bool)

@@ -36,15 +36,18 @@ ATTENTION_KINDS = ("flash", "classic")
 
 
 # ---------------------------------------------------------------------- graph prologue and epilogue
-def model_builder(config, **meta) -> GraphBuilder:
+def model_builder(config, *, kernels=None, **meta) -> GraphBuilder:
     """A builder for ``config`` (a :class:`~stage_core.models.ModelConfig` with ``dims()``,
     ``dtype``, ``layers`` and ``seq_len``): named ``config.name`` (or its family), over its
-    dims; ``graph.meta`` holds family, layers and seq_len, then ``meta``."""
+    dims; ``graph.meta`` holds family, layers and seq_len, then ``meta``.  ``kernels``: the
+    registered kernels the model calls (its ``ModelSpec.kernels``; default: those of the
+    model the host is building), so that ``build(config)`` called directly works too."""
     return GraphBuilder(
         config.name or config.family,
         dims=config.dims(),
         dtype=config.dtype,
         meta={"family": config.family, "layers": config.layers, "seq_len": config.seq_len, **meta},
+        kernels=kernels,
     )
 
 
@@ -75,13 +78,15 @@ def norm(g: GraphBuilder, x: Tensor, name: str, kind: str = "rmsnorm", *, bias: 
 
 
 def lm_head(g: GraphBuilder, x: Tensor, labels: Tensor, wte: Tensor, *, norm_kind: str = "rmsnorm",
-            norm_bias: bool = False, tied: bool = False, softcap=None) -> Graph:
+            norm_bias: bool = False, tied: bool = False, softcap=None, bias: bool = False) -> Graph:
     """``final_norm`` -> ``head`` (``bsh,vh->bsv``: ``wte`` when ``tied``, else ``head.weight``
-    [V, h]) -> with ``softcap`` a ``softcap`` kernel on the logits (Gemma 2) -> ``loss``
-    (cross-entropy against ``labels``); returns the finished graph."""
+    [V, h]; with ``bias`` a ``head.bias`` [V], Phi-3.5-MoE's) -> with ``softcap`` a ``softcap``
+    kernel on the logits (Gemma 2) -> ``loss`` (cross-entropy against ``labels``); returns the
+    finished graph."""
     y = norm(g, x, "final_norm", norm_kind, bias=norm_bias)
     head = wte if tied else g.param("head.weight", sym.dims("V h"))
-    logits = g.einsum("bsh,vh->bsv", y, head, name="head")
+    head_bias = g.param("head.bias", (sym.dim("V"),)) if bias else None
+    logits = g.einsum("bsh,vh->bsv", y, head, bias=head_bias, name="head")
     if softcap is not None:
         logits = g.softcap(logits, softcap, name="softcap")
     return g.finish(g.cross_entropy(logits, labels, name="loss"))
@@ -157,6 +162,7 @@ def gqa_attention(
     rope_names: tuple[str, str] = ("q_rope", "k_rope"),
     window: int | None = None,
     softcap=None,
+    sinks: bool = False,
     prefix: str = "attn",
     cache: bool = True,
 ) -> Tensor:
@@ -173,6 +179,9 @@ def gqa_attention(
     (weight [g, a/g, d, h], no bias: add one in the residual kernel, as Megatron's
     bias-dropout-add does).  ``cache=False``: k and v are not declared as a cache (an
     encoder's bidirectional attention, which reads every token at once and never decodes).
+    ``sinks`` (gpt-oss): a learned logit per head ``sinks`` [g, a/g] joins each query's
+    softmax, which scales the head's context by 1/(1 + exp(sink − logsumexp)): one
+    ``sink_scale`` kernel on the context.
     """
     if qk_norm_span not in QK_NORM_SPANS:
         raise ValueError(f"unknown qk_norm_span {qk_norm_span!r}; known: {', '.join(QK_NORM_SPANS)}")
@@ -194,6 +203,10 @@ def gqa_attention(
             v = g.cache(v, name="v_cache")
     ctx = attention_core(g, q, k, v, kind=kind, causal_flops=causal_flops, dropout=dropout, prefix=prefix,
                          window=window, softcap=softcap)
+    if sinks:
+        with g.scope(prefix):
+            weights = g.param("sinks", shape["w_proj"][:2])
+            ctx = g.elementwise("mul", ctx, weights, spec="bsgrd,gr->bsgrd", name="sink_scale")
     return output_projection(g, ctx, prefix=prefix)
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
-from stage_core.api import HFKeys, UsageError
+from stage_core.api import HFKeys, HFReader, UsageError, load_hf_config
 
 from .config import DecoderConfig
 
@@ -61,12 +61,28 @@ GEMMA3_TEXT_DEFAULTS = {"vocab_size": 262_208, "max_position_embeddings": 131_07
 
 
 def config_from_hf(source: Mapping[str, Any] | str | os.PathLike) -> DecoderConfig | None:
-    """A :class:`DecoderConfig` from a gemma2/gemma3/gemma3_text/phi3/olmo2 config.json; else ``None``."""
-    top = HFKeys.load(source)
-    if top.model_type not in MODEL_TYPES:
+    """A :class:`DecoderConfig` from a gemma2/gemma3/gemma3_text/phi3/olmo2 config.json; else ``None``
+    (the host reads any model_type by its keys; this function reads these model_types)."""
+    data, label = load_hf_config(source)
+    family = _family_of(data.get("model_type"))
+    if family is None:
         return None
-    family = "gemma3" if top.model_type.startswith("gemma3") else top.model_type
-    r = top.child("text_config") if top.model_type == "gemma3" else top  # the multimodal config's decoder
+    return read(HFKeys(data, label), family)
+
+
+def _family_of(model_type) -> str | None:
+    if not isinstance(model_type, str):
+        return None
+    family = "gemma3" if model_type.startswith("gemma3") else model_type
+    return family if family in FAMILY_FIELDS else None
+
+
+def read(top: HFKeys, family: str) -> DecoderConfig:
+    """A :class:`DecoderConfig` of ``family`` from a config.json's keys (its decoder under
+    ``text_config`` when it has one)."""
+    nested = top.model_type == "gemma3" or (isinstance(top.data.get("text_config"), Mapping)
+                                            and "hidden_size" not in top.data)
+    r = top.child("text_config") if nested else top  # the multimodal config's decoder
 
     hidden = r.int("hidden_size")
     heads = r.int("num_attention_heads")
@@ -116,27 +132,33 @@ def config_from_hf(source: Mapping[str, Any] | str | os.PathLike) -> DecoderConf
     return top.make(DecoderConfig, fields, keys=FIELD_KEYS)
 
 
+#: keys every family of this plugin reads, and each family's own (the evidence for it)
+COMMON_KEYS = ("vocab_size", "num_key_value_heads", "head_dim", "intermediate_size", "max_position_embeddings",
+               "tie_word_embeddings", "hidden_act", "hidden_activation", "attention_bias", "sliding_window",
+               "layer_types")
+OWN_KEYS = {"gemma2": ("attn_logit_softcapping", "final_logit_softcapping"),
+            "gemma3": ("attn_logit_softcapping", "final_logit_softcapping", "sliding_window_pattern"),
+            "phi3": (), "olmo2": ()}
+HF_TYPES = {"gemma2": ("gemma2",), "gemma3": ("gemma3", "gemma3_text"), "phi3": ("phi3",), "olmo2": ("olmo2",)}
+
+
+def _reader(family: str) -> HFReader:
+    return HFReader(read=lambda r: read(r, family),
+                    requires=(("hidden_size",), ("num_hidden_layers",), ("num_attention_heads",),
+                              ("intermediate_size",)),
+                    reads=COMMON_KEYS + OWN_KEYS[family], model_types=HF_TYPES[family])
+
+
+READERS = {family: _reader(family) for family in FAMILY_FIELDS}
+
+
 def _default(defaults: Mapping[str, Any], key: str) -> dict:
     return {"default": defaults[key]} if key in defaults else {}
 
 
 def _global_every(r: HFKeys, layers: int, default: int) -> int | None:
     """The period of the global layers, from ``layer_types`` when given (``None``: all global)."""
-    types = r.get("layer_types")
-    if types is None:
-        return default
-    if not isinstance(types, list) or len(types) != layers or any(t not in LAYER_TYPES for t in types):
-        r.fail("layer_types", f"expected a list of {layers} entries, each one of {', '.join(LAYER_TYPES)}")
-    full = [i for i, t in enumerate(types) if t == "full_attention"]
-    if len(full) == layers:
-        return None
-    if not full:
-        return 0
-    every = full[0] + 1
-    if any((i + 1) % every == 0 for i in range(layers) if i not in full) or any((i + 1) % every for i in full):
-        r.fail("layer_types", "STAGE models a periodic pattern (global layers where (i + 1) is a multiple of n); "
-                              "this list is not periodic")
-    return every
+    return r.global_every("layer_types", layers, default)
 
 
 def to_hf(config: DecoderConfig) -> dict[str, Any]:

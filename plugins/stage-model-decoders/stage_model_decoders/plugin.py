@@ -6,7 +6,7 @@ from stage_core import hookimpl
 from stage_core.records import ModelSpec
 
 from .config import FAMILIES, DecoderConfig
-from .hf import MODEL_TYPES, config_from_hf
+from .hf import READERS
 from .model import build
 from .presets import family_presets
 
@@ -16,7 +16,6 @@ DESCRIPTIONS = {
     "phi3": "Phi-3 and Phi-4: GQA with RoPE, SwiGLU, sliding-window attention in every layer (Phi-3)",
     "olmo2": "OLMo 2: norms after each block, q/k norms over all heads, SwiGLU",
 }
-HF_TYPES = {"gemma3": ("gemma3", "gemma3_text")}
 
 
 @hookimpl
@@ -28,14 +27,8 @@ def stage_models() -> list[ModelSpec]:
             build=build,
             presets=family_presets(family),
             from_dict=DecoderConfig.from_dict,
-            hf_model_types=tuple(t for t in MODEL_TYPES if t in HF_TYPES.get(family, (family,))),
+            hf_reader=READERS[family],
             description=DESCRIPTIONS[family],
         )
         for family in FAMILIES
     ]
-
-
-@hookimpl
-def stage_config_from_hf(hf_config):
-    """A DecoderConfig for a gemma2, gemma3, gemma3_text, phi3 or olmo2 config.json (dict or path)."""
-    return config_from_hf(hf_config)

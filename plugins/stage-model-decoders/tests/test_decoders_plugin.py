@@ -32,10 +32,12 @@ def test_one_family_per_model_type():
             assert spec.from_dict(c.to_dict()) == c
 
 
-def test_stage_config_from_hf_hook():
-    pm = fresh_host((plugin, "decoders")).pm
-    assert pm.hook.stage_config_from_hf(hf_config=to_hf(PRESETS["olmo2-13b"])) == PRESETS["olmo2-13b"]
-    assert pm.hook.stage_config_from_hf(hf_config={"model_type": "mamba2"}) is None
+def test_each_family_reads_config_json_by_its_keys():
+    host = fresh_host((plugin, "decoders"))
+    assert host.config_from_hf(to_hf(PRESETS["olmo2-13b"])) == PRESETS["olmo2-13b"]
+    # Gemma 2's soft-capping keys name it whatever the model_type says
+    assert host.config_from_hf({**to_hf(PRESETS["gemma2-9b"]), "model_type": "renamed"}).family == "gemma2"
+    assert host.config_from_hf(to_hf(PRESETS["olmo2-13b"]), family="phi3").norm_placement == "pre"
 
 
 def test_entry_point_is_declared():

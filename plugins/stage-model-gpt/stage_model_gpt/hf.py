@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
-from stage_core.api import HFKeys, UsageError
+from stage_core.api import HFKeys, HFReader, UsageError, load_hf_config
 
 from .config import GPTConfig
 
@@ -20,10 +20,16 @@ MODEL_TYPES = ("gpt2",)
 
 
 def config_from_hf(source: Mapping[str, Any] | str | os.PathLike) -> GPTConfig | None:
-    """A :class:`GPTConfig` from a gpt2 config.json (dict or path); ``None`` for other model types."""
-    r = HFKeys.load(source)
-    if r.model_type not in MODEL_TYPES:
+    """A :class:`GPTConfig` from a GPT-2 style config.json (dict or path, keys ``n_embd``,
+    ``n_layer``, ``n_head``); ``None`` for a config without them."""
+    data, label = load_hf_config(source)
+    if not READER.can_read(data):
         return None
+    return read(HFKeys(data, label))
+
+
+def read(r: HFKeys) -> GPTConfig:
+    """A :class:`GPTConfig` from a config.json's keys (raises UsageError naming a key)."""
     hidden = r.int("n_embd")
     layers = r.int("n_layer")
     heads = r.int("n_head")
@@ -46,6 +52,10 @@ def config_from_hf(source: Mapping[str, Any] | str | os.PathLike) -> GPTConfig |
         "tie_embeddings": r.bool("tie_word_embeddings", True),
     }
     return r.make(GPTConfig, fields)
+
+
+READER = HFReader(read=read, requires=(("n_embd",), ("n_layer",), ("n_head",), ("vocab_size",)),
+                  reads=("n_positions", "n_ctx", "n_inner", "tie_word_embeddings"), model_types=MODEL_TYPES)
 
 
 def to_hf(config: GPTConfig) -> dict[str, Any]:

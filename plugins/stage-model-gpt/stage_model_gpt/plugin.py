@@ -6,7 +6,7 @@ from stage_core import hookimpl
 from stage_core.records import ModelSpec
 
 from .config import GPTConfig
-from .hf import MODEL_TYPES, config_from_hf
+from .hf import READER
 from .model import build
 from .presets import PRESETS
 
@@ -20,13 +20,7 @@ def stage_models() -> list[ModelSpec]:
             build=build,
             presets=PRESETS,
             from_dict=GPTConfig.from_dict,
-            hf_model_types=MODEL_TYPES,
+            hf_reader=READER,
             description="GPT (Megatron-LM): learned positions, pre-LayerNorm, MHA, GeLU MLP, dropout",
         )
     ]
-
-
-@hookimpl
-def stage_config_from_hf(hf_config):
-    """A GPTConfig for a gpt2 config.json (a parsed dict, or a path to the file or its folder)."""
-    return config_from_hf(hf_config)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from stage_core.api import UsageError, param_counts
+from stage_core.api import HFKeys, UsageError, param_counts
 
 from stage_model_gpt import PRESETS, GPTConfig, build, config_from_hf, to_hf
+from stage_model_gpt.hf import read
 
 #: the keys of openai-community/gpt2's published config.json that matter here
 GPT2_CONFIG_JSON = {
@@ -104,7 +105,7 @@ def test_missing_required_keys_are_named(key):
     hf = dict(GPT2_CONFIG_JSON)
     del hf[key]
     with pytest.raises(UsageError, match=f"'{key}'"):
-        config_from_hf(hf)
+        read(HFKeys(hf))
 
 
 def test_missing_positions():

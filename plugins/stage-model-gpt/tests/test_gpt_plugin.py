@@ -32,10 +32,11 @@ def test_stage_models_hook():
         assert c.name == name and c.family == "gpt" and c.dtype == "bf16" and c.seq_len > 0
 
 
-def test_stage_config_from_hf_hook():
-    pm = _manager()
-    assert pm.hook.stage_config_from_hf(hf_config=to_hf(PRESETS["gpt2-xl"])) == PRESETS["gpt2-xl"]
-    assert pm.hook.stage_config_from_hf(hf_config={"model_type": "llama"}) is None
+def test_the_family_reads_gpt2_keys():
+    host = fresh_host((plugin, "gpt"))
+    assert host.config_from_hf(to_hf(PRESETS["gpt2-xl"])) == PRESETS["gpt2-xl"]
+    with pytest.raises(UsageError, match="nearest, gpt, needs n_embd"):
+        host.config_from_hf({"model_type": "llama", "hidden_size": 4096})
 
 
 def test_entry_point_is_declared():

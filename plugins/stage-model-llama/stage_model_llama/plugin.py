@@ -1,4 +1,4 @@
-"""STAGE plugin: registers the ``llama`` model family and imports llama, mistral and qwen2 configs."""
+"""STAGE plugin: registers the ``llama`` model family, which reads the config.json of any Llama-shaped decoder."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from stage_core import hookimpl
 from stage_core.records import ModelSpec
 
 from .config import LlamaConfig
-from .hf import MODEL_TYPES, config_from_hf
+from .hf import READER
 from .model import build
 from .presets import PRESETS
 
@@ -20,13 +20,8 @@ def stage_models() -> list[ModelSpec]:
             build=build,
             presets=PRESETS,
             from_dict=LlamaConfig.from_dict,
-            hf_model_types=MODEL_TYPES,
-            description="LLaMA family (Llama 2/3, Mistral, Qwen2.5): RoPE, RMSNorm, GQA, SwiGLU",
+            hf_reader=READER,
+            description="Llama-shaped decoders (Llama 2/3, Mistral, Qwen2.5/3, Granite, InternLM2, MiniCPM, GLM, "
+                        "StarCoder2, Cohere, Falcon): GQA, RoPE or ALiBi, gated or GeLU MLPs, parallel blocks",
         )
     ]
-
-
-@hookimpl
-def stage_config_from_hf(hf_config):
-    """A LlamaConfig for a llama/mistral/qwen2 config.json (a parsed dict, or a path to it or its folder)."""
-    return config_from_hf(hf_config)

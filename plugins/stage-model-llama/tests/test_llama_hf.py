@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from stage_core.api import UsageError, param_counts
+from stage_core.api import HFKeys, UsageError, param_counts
 
 from stage_model_llama import PRESETS, LlamaConfig, build, config_from_hf, to_hf
+from stage_model_llama.hf import read
 
 #: the model-shape keys of meta-llama/Meta-Llama-3-8B's published config.json
 LLAMA3_8B = {
@@ -85,9 +86,11 @@ def test_same_model_through_plain_hf_keys(name):
 
 
 def test_public_configs_give_the_presets():
-    assert config_from_hf(LLAMA3_8B) == PRESETS["llama3-8b"].replace(name="hf-llama")
-    assert config_from_hf(QWEN25_7B) == PRESETS["qwen2.5-7b"].replace(name="hf-qwen2", seq_len=8192)
-    assert config_from_hf(MISTRAL_7B) == PRESETS["mistral-7b"].replace(name="hf-mistral", seq_len=8192)
+    # a checkpoint's vocabulary as stored (these are multiples of 128: the presets' padding changes nothing)
+    assert config_from_hf(LLAMA3_8B) == PRESETS["llama3-8b"].replace(name="hf-llama", vocab_pad_to=1)
+    assert config_from_hf(QWEN25_7B) == PRESETS["qwen2.5-7b"].replace(name="hf-qwen2", seq_len=8192, vocab_pad_to=1)
+    assert config_from_hf(MISTRAL_7B) == PRESETS["mistral-7b"].replace(name="hf-mistral", seq_len=8192,
+                                                                         vocab_pad_to=1)
 
 
 def test_defaults_of_optional_keys():
@@ -129,11 +132,12 @@ def test_config_file_path_and_folder(tmp_path):
     assert config_from_hf(tmp_path).groups == 4
 
 
-def test_other_model_types_are_not_ours():
+def test_configs_without_the_decoder_keys_are_not_ours():
     assert config_from_hf({"model_type": "gpt2", "n_embd": 768}) is None
     assert config_from_hf({"hidden_size": 4096}) is None
-    assert config_from_hf({"model_type": "mixtral", **{k: v for k, v in MISTRAL_7B.items() if k != "model_type"}}) \
-        is None
+    # the keys decide, not the model_type: Mistral's keys under another name read the same
+    assert config_from_hf({**MISTRAL_7B, "model_type": "my-own"}) == config_from_hf(MISTRAL_7B).replace(
+        name="hf-my-own")
 
 
 @pytest.mark.parametrize(
@@ -146,9 +150,10 @@ def test_other_model_types_are_not_ours():
         ({"intermediate_size": 14336.5}, "intermediate_size"),
         ({"vocab_size": "128256"}, "vocab_size"),
         ({"head_dim": 0}, "head_dim"),
-        ({"hidden_act": "gelu"}, "hidden_act"),
-        ({"attention_bias": True}, "attention_bias"),
-        ({"mlp_bias": True}, "mlp_bias"),
+        ({"hidden_act": "relu"}, "hidden_act"),
+        ({"attention_bias": "yes"}, "attention_bias"),
+        ({"use_qk_norm": True}, "use_qk_norm"),
+        ({"post_layer_norm": False}, "post_layer_norm"),
         ({"tie_word_embeddings": "false"}, "tie_word_embeddings"),
         ({"stage": {"seq_len": 16384}}, "seq_len"),  # beyond max_position_embeddings
         ({"stage": {"attention": "ring"}}, "attention"),
@@ -166,7 +171,7 @@ def test_bad_values_are_rejected_naming_the_key(change, key):
 def test_missing_required_keys_are_named(key):
     hf = {k: v for k, v in LLAMA3_8B.items() if k != key}
     with pytest.raises(UsageError, match=f"'{key}'"):
-        config_from_hf(hf)
+        read(HFKeys(hf))
 
 
 def test_unreadable_files(tmp_path):

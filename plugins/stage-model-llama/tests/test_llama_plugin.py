@@ -26,7 +26,7 @@ def test_stage_models_hook():
     (spec,) = specs
     assert isinstance(spec, ModelSpec)
     assert (spec.name, spec.family) == ("llama", "llama")
-    assert set(spec.hf_model_types) == {"llama", "mistral", "qwen2"}
+    assert {"llama", "mistral", "qwen2", "qwen3", "falcon"} <= set(spec.hf_model_types)
     assert spec.build is build
     assert set(spec.presets) == EXPECTED
     for name, c in spec.presets.items():
@@ -34,10 +34,15 @@ def test_stage_models_hook():
         assert spec.from_dict(c.to_dict()) == c
 
 
-def test_stage_config_from_hf_hook():
-    pm = _manager()
-    assert pm.hook.stage_config_from_hf(hf_config=to_hf(PRESETS["llama2-70b"])) == PRESETS["llama2-70b"]
-    assert pm.hook.stage_config_from_hf(hf_config={"model_type": "gpt2"}) is None
+def test_the_family_reads_config_json_by_its_keys():
+    (specs,) = _manager().hook.stage_models()
+    reader = specs[0].hf_reader
+    assert reader.generic and reader.can_read(to_hf(PRESETS["llama2-70b"]))
+    assert not reader.can_read({"model_type": "llama", "n_embd": 768})
+    host = fresh_host((plugin, "llama"))
+    assert host.config_from_hf(to_hf(PRESETS["llama2-70b"])) == PRESETS["llama2-70b"]
+    # the keys decide; the model_type is only a hint
+    assert host.config_from_hf({**to_hf(PRESETS["llama2-70b"]), "model_type": "unheard-of"}) == PRESETS["llama2-70b"]
 
 
 def test_entry_point_is_declared():

@@ -15,7 +15,12 @@ from stage_core.api import (ATTENTION_KINDS, DTYPES, ModelConfig, UsageError, ch
                             check_divides, check_int, check_positive_number, check_str, padded)
 
 FAMILY = "moe"
-ARCHS = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3")
+#: the model_types whose config.json :meth:`MoEConfig.to_hf` writes
+EXPORT_ARCHS = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3")
+#: every model_type a config may mirror (the others are read, not written)
+ARCHS = EXPORT_ARCHS + ("deepseek_v2", "olmoe", "phimoe", "gpt_oss", "llama4", "moe")
+NORMS = ("rmsnorm", "layernorm")
+QK_NORM_SPANS = ("head", "all")
 ATTENTION_TYPES = ("gqa", "mla")
 ROUTER_SCORES = ("softmax", "sigmoid")
 
@@ -44,6 +49,17 @@ class MoEConfig(ModelConfig):
     dropless routing (each expert gets its uniform-routing share of the tokens, in whole
     rows), else every expert is padded to Megatron's capacity
     ⌈tokens·k·capacity_factor/experts⌉ of each rank's tokens.
+
+    Further options the 2024-25 MoE models need: ``qk_norm_span`` (``head``: each head
+    over d; ``all``: all heads together, OLMoE); ``norm`` and ``norm_bias`` (Phi-3.5-MoE's
+    LayerNorm); ``proj_bias`` (the attention output projection's bias), ``lm_head_bias``,
+    ``router_bias`` and ``expert_bias`` (biases of the router and of every expert
+    projection, gpt-oss); ``attn_sinks`` (a learned logit per head that takes part in
+    the softmax, gpt-oss: one parameter per head, and a kernel rescaling the context);
+    ``sliding_window`` with ``global_every`` (local attention in the layers where (i + 1)
+    is not a multiple of ``global_every``; 0: every layer local), as gpt-oss alternates
+    them and Llama 4 keeps every fourth layer global; ``rope_global`` false drops the
+    rotary embedding from the global layers (Llama 4's NoPE layers).
 
     ``mtp_layers`` (DeepSeek's num_nextn_predict_layers) is kept for the Hugging Face
     round trip only: the multi-token-prediction module is not part of the built graph.
@@ -90,6 +106,17 @@ class MoEConfig(ModelConfig):
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
     mla_absorbed: bool = False  # MLA in its decode form: attention over the latent (see for_task)
+    qk_norm_span: str = "head"
+    norm: str = "rmsnorm"
+    norm_bias: bool = False
+    proj_bias: bool = False
+    lm_head_bias: bool = False
+    router_bias: bool = False
+    expert_bias: bool = False
+    attn_sinks: bool = False
+    sliding_window: int | None = None
+    global_every: int = 0
+    rope_global: bool = True
     # carried for the Hugging Face round trip
     max_positions: int = 4096
     rope_theta: float = 10000.0
@@ -113,7 +140,12 @@ class MoEConfig(ModelConfig):
                   "topk_groups", "max_positions", "seq_len")
         check_int(self, "shared_expert_ffn_hidden", "first_dense_layers", "mtp_layers", minimum=0)
         check_bool(self, "shared_expert_gate", "norm_topk_prob", "router_selection_bias", "qk_norm", "qkv_bias",
-                   "tie_embeddings", "causal_flops", "mla_absorbed")
+                   "tie_embeddings", "causal_flops", "mla_absorbed", "norm_bias", "proj_bias", "lm_head_bias",
+                   "router_bias", "expert_bias", "attn_sinks", "rope_global")
+        check_choice(self, "norm", NORMS)
+        check_choice(self, "qk_norm_span", QK_NORM_SPANS)
+        check_int(self, "sliding_window", optional=True)
+        check_int(self, "global_every", minimum=0)
         check_positive_number(self, "routed_scaling_factor", "rope_theta", "norm_eps")
         check_positive_number(self, "capacity_factor", optional=True)
         check_choice(self, "router_score", ROUTER_SCORES)
@@ -144,8 +176,9 @@ class MoEConfig(ModelConfig):
             check_int(self, "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
                       why="multi-head latent attention needs it")
             check_int(self, "q_lora_rank", optional=True)
-            if self.qkv_bias or self.qk_norm:
-                raise UsageError(f"{cls} attention_type='mla' has no qkv_bias or qk_norm; set both false")
+            if self.qkv_bias or self.qk_norm or self.proj_bias or self.attn_sinks or self.sliding_window:
+                raise UsageError(f"{cls} attention_type='mla' has no qkv_bias, qk_norm, proj_bias, attn_sinks or "
+                                 f"sliding_window; set them off")
             if self.kv_heads != self.heads:
                 raise UsageError(
                     f"{cls} kv_heads={self.kv_heads}: multi-head latent attention decompresses one key and "
@@ -154,7 +187,7 @@ class MoEConfig(ModelConfig):
 
         if self.shared_expert_gate and not self.shared_expert_ffn_hidden:
             raise UsageError(f"{cls} shared_expert_gate=True needs shared_expert_ffn_hidden > 0")
-        if self.arch == "deepseek_v3" and self.shared_expert_ffn_hidden % self.expert_ffn_hidden:
+        if self.arch.startswith("deepseek") and self.shared_expert_ffn_hidden % self.expert_ffn_hidden:
             raise UsageError(
                 f"{cls} shared_expert_ffn_hidden={self.shared_expert_ffn_hidden}: DeepSeek's shared experts "
                 f"are n_shared_experts × expert_ffn_hidden={self.expert_ffn_hidden}; use a multiple of it"
@@ -193,6 +226,10 @@ class MoEConfig(ModelConfig):
             raise UsageError(
                 f"MoEConfig dense_layers={self.dense_layers!r}: expected comma-separated layer indices"
             ) from None
+
+    def is_local(self, i: int) -> bool:
+        """Whether layer ``i`` attends through the sliding window."""
+        return self.sliding_window is not None and (self.global_every == 0 or (i + 1) % self.global_every != 0)
 
     def is_moe_layer(self, i: int) -> bool:
         return (

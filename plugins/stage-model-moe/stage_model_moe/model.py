@@ -68,27 +68,36 @@ def build(config: MoEConfig) -> Graph:
         kv_cache_elements_per_token_per_layer=c.kv_cache_elements_per_token_per_layer,
         max_positions=c.max_positions,
         mtp_layers_not_built=c.mtp_layers,
+        sliding_window=c.sliding_window,
+        local_layers=[i for i in range(c.layers) if c.is_local(i)],
     )
     x, labels, wte = blocks.embed(g, tags=RESIDUAL)
 
     attention = _MLA(c) if c.attention_type == "mla" else _gqa
     for i in range(c.layers):
         with g.layer(i):
-            y = blocks.norm(g, x, "attn.norm")
-            out = attention(g, c, y)
-            x = g.add(x, out, name="attn.residual", tags=RESIDUAL)
-            y = blocks.norm(g, x, "mlp.norm")
+            y = blocks.norm(g, x, "attn.norm", c.norm, bias=c.norm_bias)
+            out = attention(g, c, y, i)
+            bias = [g.param("attn.proj.bias", (sym.dim("h"),))] if c.proj_bias else []
+            x = g.elementwise("add", x, out, *bias, spec="bsh,bsh" + ",h" * len(bias) + "->bsh",
+                              name="attn.residual", tags=RESIDUAL)
+            y = blocks.norm(g, x, "mlp.norm", c.norm, bias=c.norm_bias)
             out = moe_block(g, c, y) if c.is_moe_layer(i) else blocks.swiglu_mlp(g, y)
             x = g.add(x, out, name="mlp.residual", tags=RESIDUAL)
 
-    return blocks.lm_head(g, x, labels, wte, tied=c.tie_embeddings)
+    return blocks.lm_head(g, x, labels, wte, norm_kind=c.norm, norm_bias=c.norm_bias, tied=c.tie_embeddings,
+                          bias=c.lm_head_bias)
 
 
 # ---------------------------------------------------------------------- attention
-def _gqa(g: GraphBuilder, c: MoEConfig, y):
-    """Grouped-query attention with a fused QKV projection (Mixtral, Qwen-MoE); no attention dropout."""
+def _gqa(g: GraphBuilder, c: MoEConfig, y, i: int):
+    """Grouped-query attention with a fused QKV projection (Mixtral, Qwen-MoE, gpt-oss, Llama 4); no
+    attention dropout; local in the layers ``c.is_local`` names."""
+    local = c.is_local(i)
     return blocks.gqa_attention(g, y, kind=c.attention, causal_flops=c.causal_flops, qkv_bias=c.qkv_bias,
-                                qk_norm="rmsnorm" if c.qk_norm else None, rope=True)
+                                qk_norm="rmsnorm" if c.qk_norm else None, qk_norm_span=c.qk_norm_span,
+                                rope=local or c.sliding_window is None or c.rope_global,
+                                window=c.sliding_window if local else None, sinks=c.attn_sinks)
 
 
 class _MLA:
@@ -115,7 +124,7 @@ class _MLA:
             "w_proj": (a, dv, h),
         }
 
-    def __call__(self, g: GraphBuilder, c: MoEConfig, y):
+    def __call__(self, g: GraphBuilder, c: MoEConfig, y, i: int = 0):
         shape = self.shape
         if c.q_lora_rank is not None:
             q = g.einsum("bsh,hq->bsq", y, g.param("attn.q_a.weight", shape["w_q_a"]), name="attn.q_a")
@@ -171,17 +180,24 @@ class _MLA:
 def moe_block(g: GraphBuilder, c: MoEConfig, y):
     """Router, dispatch, SwiGLU experts, combine (and the shared experts): [b,s,h] -> [b,s,h]."""
     h, E, k, fe = sym.dims("h E k fe")
-    logits = g.einsum("bsh,he->bse", y, g.param("moe.router.weight", (h, E)), name="moe.router_logits")
+    router_bias = g.param("moe.router.bias", (E,)) if c.router_bias else None
+    logits = g.einsum("bsh,he->bse", y, g.param("moe.router.weight", (h, E)), bias=router_bias,
+                      name="moe.router_logits")
     weights = g.router(logits, k=k, score=c.router_score, normalize=c.norm_topk_prob,
                        scale=c.routed_scaling_factor, selection_bias=c.router_selection_bias, name="moe.router")
     xe = g.dispatch(y, weights, k=k, capacity_factor=c.capacity_factor, name="moe.dispatch")
-    gate = g.einsum("ech,ehf->ecf", xe, g.param("moe.experts.gate.weight", (E, h, fe), tags=EXPERT),
-                    name="moe.experts.gate")
-    up = g.einsum("ech,ehf->ecf", xe, g.param("moe.experts.up.weight", (E, h, fe), tags=EXPERT),
-                  name="moe.experts.up")
+
+    def expert(name: str, x, spec: str, shape, out_dim):
+        z = g.einsum(spec, x, g.param(f"moe.experts.{name}.weight", shape, tags=EXPERT), name=f"moe.experts.{name}")
+        if c.expert_bias:  # gpt-oss: every expert projection has a bias
+            z = g.elementwise("add", z, g.param(f"moe.experts.{name}.bias", (E, out_dim), tags=EXPERT),
+                              spec="ecx,ex->ecx", name=f"moe.experts.{name}_bias")
+        return z
+
+    gate = expert("gate", xe, "ech,ehf->ecf", (E, h, fe), fe)
+    up = expert("up", xe, "ech,ehf->ecf", (E, h, fe), fe)
     act = g.swiglu(gate, up, name="moe.experts.swiglu")
-    ye = g.einsum("ecf,efh->ech", act, g.param("moe.experts.down.weight", (E, fe, h), tags=EXPERT),
-                  name="moe.experts.down")
+    ye = expert("down", act, "ecf,efh->ech", (E, fe, h), h)
     out = g.combine(ye, weights, k=k, name="moe.combine")
     if c.shared_expert_ffn_hidden:
         shared = blocks.swiglu_mlp(g, y, sym.dim("fs"), prefix="moe.shared")

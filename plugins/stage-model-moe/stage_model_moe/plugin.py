@@ -6,7 +6,7 @@ from stage_core import hookimpl
 from stage_core.records import ModelSpec
 
 from .config import MoEConfig
-from .hf import MODEL_TYPES, config_from_hf
+from .hf import READER
 from .model import build
 from .presets import PRESETS
 
@@ -20,13 +20,7 @@ def stage_models() -> list[ModelSpec]:
             build=build,
             presets=PRESETS,
             from_dict=MoEConfig.from_dict,
-            hf_model_types=MODEL_TYPES,
+            hf_reader=READER,
             description="Mixture of experts: router, top-k, SwiGLU experts, shared experts; GQA or MLA attention",
         )
     ]
-
-
-@hookimpl
-def stage_config_from_hf(hf_config):
-    """A MoEConfig for a mixtral, qwen2_moe, qwen3_moe or deepseek_v3 config.json (dict or path)."""
-    return config_from_hf(hf_config)

@@ -51,7 +51,8 @@ def test_round_trip_of_every_preset(name):
 @pytest.mark.parametrize("hf,preset", [(MIXTRAL_8X7B, "mixtral-8x7b"), (QWEN3_235B, "qwen3-235b-a22b"),
                                        (DEEPSEEK_V3, "deepseek-v3")])
 def test_public_configs_give_the_presets(hf, preset):
-    assert config_from_hf(hf).replace(name=preset) == PRESETS[preset]
+    assert config_from_hf(hf).replace(name=preset, vocab_pad_to=128) == PRESETS[preset]
+    assert config_from_hf(hf).vocab_pad_to == 1  # the table as the checkpoint stores it
 
 
 def test_qwen2_moe_shared_expert_and_gate():
@@ -71,7 +72,7 @@ def test_other_model_types_are_not_ours():
 
 def test_reads_a_file_or_a_folder(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(MIXTRAL_8X7B))
-    expected = PRESETS["mixtral-8x7b"].replace(name="hf-mixtral")
+    expected = PRESETS["mixtral-8x7b"].replace(name="hf-mixtral", vocab_pad_to=1)
     assert config_from_hf(tmp_path) == expected
     assert config_from_hf(str(tmp_path / "config.json")) == expected
     with pytest.raises(UsageError, match="cannot read"):
@@ -93,7 +94,7 @@ def test_reads_a_file_or_a_folder(tmp_path):
         (MIXTRAL_8X7B, {"num_local_experts": 0}, "num_local_experts"),
         (MIXTRAL_8X7B, {"hidden_size": -1}, "hidden_size"),
         (MIXTRAL_8X7B, {"num_hidden_layers": "32"}, "num_hidden_layers"),
-        (QWEN3_235B, {"moe_intermediate_size": None}, "moe_intermediate_size"),
+        (QWEN3_235B, {"moe_intermediate_size": 0}, "moe_intermediate_size"),
         (QWEN3_235B, {"mlp_only_layers": [94]}, "mlp_only_layers"),
         (DEEPSEEK_V3, {"first_k_dense_replace": 62}, "first_k_dense_replace"),
         (DEEPSEEK_V3, {"moe_layer_freq": 2}, "moe_layer_freq"),
@@ -109,14 +110,19 @@ def test_bad_values_name_the_key(base, change, key):
         config_from_hf({**base, **change})
 
 
-@pytest.mark.parametrize("base,key", [(MIXTRAL_8X7B, "num_local_experts"), (QWEN3_235B, "num_experts"),
-                                      (DEEPSEEK_V3, "n_routed_experts"), (DEEPSEEK_V3, "v_head_dim"),
-                                      (MIXTRAL_8X7B, "vocab_size")])
+@pytest.mark.parametrize("base,key", [(DEEPSEEK_V3, "v_head_dim"), (DEEPSEEK_V3, "qk_rope_head_dim"),
+                                      (MIXTRAL_8X7B, "intermediate_size")])
 def test_missing_keys_are_named(base, key):
     data = dict(base)
     del data[key]
     with pytest.raises(UsageError, match=f"required key '{key}' is missing"):
         config_from_hf(data)
+
+
+@pytest.mark.parametrize("base,key", [(MIXTRAL_8X7B, "num_local_experts"), (QWEN3_235B, "num_experts"),
+                                      (DEEPSEEK_V3, "n_routed_experts"), (MIXTRAL_8X7B, "vocab_size")])
+def test_without_experts_or_a_shape_key_it_is_not_this_familys(base, key):
+    assert config_from_hf({k: v for k, v in base.items() if k != key}) is None
 
 
 def test_explicit_head_dim():

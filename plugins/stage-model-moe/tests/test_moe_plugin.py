@@ -31,7 +31,8 @@ def test_stage_models_hook():
     (spec,) = specs
     assert isinstance(spec, ModelSpec)
     assert (spec.name, spec.family) == ("moe", "moe")
-    assert spec.hf_model_types == ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3")
+    assert {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "olmoe", "phimoe", "gpt_oss",
+            "llama4"} <= set(spec.hf_model_types)
     assert spec.build is build
     assert set(spec.presets) == {"mixtral-8x7b", "mixtral-8x22b", "qwen3-235b-a22b", "deepseek-v3", "moe-tiny",
                                  "moe-mla-tiny"}
@@ -40,10 +41,15 @@ def test_stage_models_hook():
         assert spec.from_dict(c.to_dict()) == c
 
 
-def test_stage_config_from_hf_hook():
-    pm = _manager()
-    assert pm.hook.stage_config_from_hf(hf_config=to_hf(PRESETS["deepseek-v3"])) == PRESETS["deepseek-v3"]
-    assert pm.hook.stage_config_from_hf(hf_config={"model_type": "gpt2"}) is None
+def test_the_family_reads_config_json_by_its_keys():
+    host = fresh_host((plugin, "moe"))
+    assert host.config_from_hf(to_hf(PRESETS["deepseek-v3"])) == PRESETS["deepseek-v3"]
+    # any model_type with experts' keys reads; an unknown one mirrors no export type
+    renamed = host.config_from_hf({**to_hf(PRESETS["mixtral-8x7b"]), "model_type": "new-moe"})
+    assert renamed.replace(arch="mixtral") == PRESETS["mixtral-8x7b"]
+    with pytest.raises(UsageError, match="needs num_local_experts or num_experts or n_routed_experts"):
+        host.config_from_hf({"model_type": "gpt2", "hidden_size": 8, "num_hidden_layers": 2,
+                             "num_attention_heads": 2, "vocab_size": 8})
 
 
 def test_entry_point_is_declared():

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from stage_core.api import (ATTENTION_KINDS, DTYPES, ModelConfig, UsageError, check_at_most, check_bool, check_choice,
                             check_divides, check_int, check_str, padded)
 
-FAMILIES = ("mamba2", "nemotron_h")
+FAMILIES = ("mamba2", "nemotron_h", "mamba", "jamba")
+SSM_VERSIONS = (1, 2)
 LAYER_KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
 MLP_ACTS = ("relu2", "swiglu")
 ROUTER_SCORES = ("softmax", "sigmoid")
@@ -34,6 +35,13 @@ class HybridConfig(ModelConfig):
     MoE (``E``): ``experts`` of width ``expert_ffn_hidden`` (same activation), top
     ``experts_per_token`` by ``router_score``, a shared expert of ``shared_expert_ffn_hidden``
     when > 0.  The vocabulary is padded to a multiple of ``vocab_pad_to``.
+
+    ``ssm_version`` 1 makes the ``M`` layers Mamba-1 (Gu & Dao 2023): ``ssm_channels``
+    channels (d_inner), a state of ``ssm_state`` per channel, Δ of rank ``dt_rank``, the
+    selective scan as one registered kernel (:mod:`stage_model_ssm.scan`); ``ssm_dt_norm``
+    adds Jamba's RMSNorms (with weights) of Δ, B and C; ``ssm_proj_bias`` biases in_proj
+    and out_proj; ``conv_bias`` the conv.  ``blocks_per_layer`` pattern characters make one
+    model layer (Jamba: 2, a mixer and an FFN, each with its norm and residual add).
     """
 
     name: str = "hybrid-tiny"
@@ -49,6 +57,14 @@ class HybridConfig(ModelConfig):
     ssm_state: int = 16
     conv_kernel: int = 4
     chunk_size: int = 64
+    # Mamba-1
+    ssm_version: int = 2
+    ssm_channels: int = 0
+    dt_rank: int = 0
+    ssm_dt_norm: bool = False
+    ssm_proj_bias: bool = False
+    conv_bias: bool = True
+    blocks_per_layer: int = 1
     # attention
     heads: int = 4
     kv_heads: int | None = 2
@@ -89,6 +105,16 @@ class HybridConfig(ModelConfig):
         check_choice(self, "dtype", DTYPES)
         check_divides(self, "ssm_groups", "ssm_heads", f"each group of B and C serves whole heads; valid "
                                                        f"ssm_groups divide {self.ssm_heads}")
+        if self.ssm_version not in SSM_VERSIONS or isinstance(self.ssm_version, bool):
+            raise UsageError(f"HybridConfig ssm_version={self.ssm_version!r}: valid values are 1 (Mamba-1) and 2 "
+                             f"(Mamba-2)")
+        check_bool(self, "ssm_dt_norm", "ssm_proj_bias", "conv_bias")
+        check_int(self, "blocks_per_layer")
+        if len(self.pattern) % self.blocks_per_layer:
+            raise UsageError(f"HybridConfig pattern={self.pattern!r}: {len(self.pattern)} blocks do not make whole "
+                             f"layers of blocks_per_layer={self.blocks_per_layer}")
+        if self.ssm_version == 1 and "M" in self.pattern:
+            check_int(self, "ssm_channels", "dt_rank", why="a Mamba-1 layer needs it")
         if "*" in self.pattern:
             if self.head_dim is None:
                 check_divides(self, "heads", "hidden", f"without head_dim the head dim is hidden/heads; use a "
@@ -99,10 +125,32 @@ class HybridConfig(ModelConfig):
         if self.max_positions is not None:
             check_at_most(self, "seq_len", "max_positions", f"the model's context is {self.max_positions} tokens")
 
+    #: ``--set`` names of the layer count: the first N layers of the pattern
+    LAYER_KEYS = ("layers", "num_hidden_layers", "num_layers", "n_layer")
+
+    def with_overrides(self, overrides):
+        """``--set``, where a layer count keeps the first N layers of the pattern (a config
+        read from a config.json is read again with its own key, see ModelConfig)."""
+        overrides = dict(overrides)
+        count = next((k for k in self.LAYER_KEYS if k in overrides), None)
+        from_file = count is not None and count != "layers" and hasattr(self, "_hf_source")
+        if count is None or from_file:
+            return super().with_overrides(overrides)
+        raw = overrides.pop(count)
+        try:
+            n = int(raw)
+        except ValueError:
+            raise UsageError(f"--set {count}={raw}: expected an integer") from None
+        if not 1 <= n <= self.layers:
+            raise UsageError(f"--set {count}={raw}: {self.name} has {self.layers} layers; valid values are "
+                             f"1..{self.layers}")
+        cut = self.replace(pattern=self.pattern[:n * self.blocks_per_layer])
+        return cut.with_overrides(overrides) if overrides else cut
+
     # ------------------------------------------------------------------ derived values
     @property
     def layers(self) -> int:
-        return len(self.pattern)
+        return len(self.pattern) // self.blocks_per_layer
 
     def layer_indices(self, kind: str) -> tuple[int, ...]:
         """The layers of ``kind`` (``mamba``, ``attention``, ``mlp``, ``moe``)."""
@@ -122,28 +170,32 @@ class HybridConfig(ModelConfig):
 
     @property
     def ssm_inner(self) -> int:
-        """d_inner = heads · head dim."""
-        return self.ssm_heads * self.ssm_head_dim
+        """d_inner = heads · head dim (Mamba-1: its channels)."""
+        return self.ssm_channels if self.ssm_version == 1 else self.ssm_heads * self.ssm_head_dim
 
     @property
     def ssm_state_elements(self) -> int:
-        """A Mamba layer's recurrent state per sequence: heads · head dim · state size."""
-        return self.ssm_heads * self.ssm_head_dim * self.ssm_state
+        """A Mamba layer's recurrent state per sequence: d_inner · state size."""
+        return self.ssm_inner * self.ssm_state
 
     @property
     def conv_state_elements(self) -> int:
-        """A Mamba layer's conv state per sequence: the last taps − 1 inputs of every channel."""
-        return (self.conv_kernel - 1) * (self.ssm_inner + 2 * self.ssm_groups * self.ssm_state)
+        """A Mamba layer's conv state per sequence: the last taps − 1 inputs of every channel
+        (Mamba-2 convolves B and C too)."""
+        extra = 0 if self.ssm_version == 1 else 2 * self.ssm_groups * self.ssm_state
+        return (self.conv_kernel - 1) * (self.ssm_inner + extra)
 
     def dims(self) -> dict[str, int]:
         """Numeric values of the model's dims (every dim but the plan's ``b`` and ``s``).
 
-        h, V; Mamba (with ``M`` layers): mg groups, mh heads, mp head dim, mn state size,
-        mk conv taps; attention: a, g, d; MLP: f; MoE: E, k, fe (and fs with a shared expert).
+        h, V; Mamba-2 (with ``M`` layers): mg groups, mh heads, mp head dim, mn state size,
+        mk conv taps; Mamba-1: mg channels (d_inner), mn state size, mk conv taps, mr Δ rank; attention: a, g, d; MLP: f; MoE: E, k, fe (and fs with a shared expert).
         """
         kinds = {LAYER_KINDS[ch] for ch in self.pattern}
         out = {"h": self.hidden, "V": self.padded_vocab}
-        if "mamba" in kinds:
+        if "mamba" in kinds and self.ssm_version == 1:  # mg: the d_inner channels (tensor parallel splits them)
+            out.update(mg=self.ssm_channels, mn=self.ssm_state, mk=self.conv_kernel, mr=self.dt_rank)
+        elif "mamba" in kinds:
             out.update(mg=self.ssm_groups, mh=self.ssm_heads, mp=self.ssm_head_dim, mn=self.ssm_state,
                        mk=self.conv_kernel)
         if "attention" in kinds:

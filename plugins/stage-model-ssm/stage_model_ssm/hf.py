@@ -27,17 +27,26 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
-from stage_core.api import HFKeys
+from stage_core.api import HFKeys, HFReader, UsageError, load_hf_config
 
 from .config import LAYER_KINDS, HybridConfig
 
-MODEL_TYPES = ("mamba2", "nemotron_h")
-ARCHITECTURES = {"mamba2": "Mamba2ForCausalLM", "nemotron_h": "NemotronHForCausalLM"}
+MODEL_TYPES = ("mamba2", "nemotron_h", "mamba", "falcon_mamba", "jamba")
+ARCHITECTURES = {"mamba2": "Mamba2ForCausalLM", "nemotron_h": "NemotronHForCausalLM",
+                 "mamba": "FalconMambaForCausalLM", "jamba": "JambaForCausalLM"}
 DEFAULT_SEQ_CAP = 8192
 MAMBA2_SEQ_LEN = 2048
 BLOCK_TYPES = {kind: ch for ch, kind in LAYER_KINDS.items()}
 #: the config.json key behind each field a config check may name
 FIELD_KEYS = {
+    "mamba": {"hidden": "hidden_size", "vocab_size": "vocab_size", "ssm_channels": "intermediate_size",
+              "ssm_state": "state_size", "conv_kernel": "conv_kernel", "dt_rank": "time_step_rank",
+              "pattern": "num_hidden_layers"},
+    "jamba": {"hidden": "hidden_size", "vocab_size": "vocab_size", "ssm_state": "mamba_d_state",
+              "conv_kernel": "mamba_d_conv", "dt_rank": "mamba_dt_rank", "heads": "num_attention_heads",
+              "kv_heads": "num_key_value_heads", "ffn_hidden": "intermediate_size", "experts": "num_experts",
+              "experts_per_token": "num_experts_per_tok", "max_positions": "max_position_embeddings",
+              "pattern": "num_hidden_layers"},
     "mamba2": {"hidden": "hidden_size", "vocab_size": "vocab_size", "ssm_heads": "num_heads",
                "ssm_head_dim": "head_dim", "ssm_groups": "n_groups", "ssm_state": "state_size",
                "conv_kernel": "conv_kernel", "chunk_size": "chunk_size", "pattern": "num_hidden_layers"},
@@ -52,16 +61,88 @@ FIELD_KEYS = {
 
 
 def config_from_hf(source: Mapping[str, Any] | str | os.PathLike) -> HybridConfig | None:
-    """A :class:`HybridConfig` from a mamba2 or nemotron_h config.json (dict or path); else ``None``."""
-    r = HFKeys.load(source)
-    if r.model_type not in MODEL_TYPES:
+    """A :class:`HybridConfig` from a mamba2 or nemotron_h config.json (dict or path); else ``None``
+    (the host reads any model_type by its keys; this function reads these model_types)."""
+    data, label = load_hf_config(source)
+    if data.get("model_type") not in MODEL_TYPES:
         return None
-    if r.model_type == "mamba2":
-        fields = _mamba2(r)
-    else:
-        fields = _nemotron_h(r)
-    return r.make(HybridConfig, {"name": r.model_name, "family": r.model_type, **fields},
-                  keys=FIELD_KEYS[r.model_type])
+    family = "mamba" if data["model_type"] == "falcon_mamba" else data["model_type"]
+    return read(HFKeys(data, label), family)
+
+
+def read(r: HFKeys, family: str) -> HybridConfig:
+    """A :class:`HybridConfig` of ``family`` from a config.json's keys."""
+    fields = {"mamba2": _mamba2, "nemotron_h": _nemotron_h, "mamba": _mamba1, "jamba": _jamba}[family](r)
+    return r.make(HybridConfig, {"name": r.model_name, "family": family, **fields}, keys=FIELD_KEYS[family])
+
+
+def _mamba1_mixer(r: HFKeys, hidden: int, prefix: str = "") -> dict[str, Any]:
+    """A Mamba-1 mixer's keys: ``<prefix>expand`` or ``intermediate_size`` (d_inner),
+    ``<prefix>d_state``/``state_size``, ``<prefix>d_conv``/``conv_kernel``,
+    ``<prefix>dt_rank``/``time_step_rank`` ("auto": ceil(hidden/16)), the biases."""
+    keys = {"expand": "expand", "state": "state_size", "conv": "conv_kernel", "dt": "time_step_rank",
+            "proj_bias": "use_bias", "conv_bias": "use_conv_bias"}
+    if prefix:  # Jamba's names
+        keys = {"expand": "mamba_expand", "state": "mamba_d_state", "conv": "mamba_d_conv", "dt": "mamba_dt_rank",
+                "proj_bias": "mamba_proj_bias", "conv_bias": "mamba_conv_bias"}
+    channels = None if prefix else r.int("intermediate_size", default=None)
+    channels = channels or r.int(keys["expand"], default=2) * hidden
+    dt = r.get(keys["dt"], "auto")
+    dt_rank = -(-hidden // 16) if dt == "auto" else r.int(keys["dt"])
+    _flag(r, keys["conv_bias"], True, True, "the conv has a bias")
+    if r.get("mamba_d_head") is not None or r.get("n_mamba_heads") is not None:
+        r.fail("mamba_d_head", "Mamba-2 heads in a Mamba-1 model: not modelled")
+    return dict(ssm_version=1, ssm_channels=channels, ssm_state=r.int(keys["state"], default=16),
+                conv_kernel=r.int(keys["conv"], default=4), dt_rank=dt_rank,
+                ssm_proj_bias=r.bool(keys["proj_bias"], False))
+
+
+def _mamba1(r: HFKeys) -> dict[str, Any]:
+    """Mamba-1 (transformers' MambaConfig and FalconMambaConfig): every layer a Mamba-1 layer."""
+    hidden = r.int("hidden_size")
+    if r.get("hidden_act", "silu") not in ("silu", "swish"):
+        r.fail("hidden_act", "the conv's activation is SiLU; valid: silu")
+    for key in ("mixer_rms_eps", "residual_in_fp32", "time_step_scale", "time_step_min", "time_step_max",
+                "time_step_init_scheme", "time_step_floor", "rescale_prenorm_residual", "use_mambapy",
+                "layer_norm_epsilon"):
+        r.get(key)  # FalconMamba's weightless norms of B, C and Δ, initializers: nothing to count
+    return dict(pattern="M" * r.int("num_hidden_layers"), hidden=hidden, vocab_size=r.int("vocab_size"),
+                tie_embeddings=r.bool("tie_word_embeddings", True), seq_len=MAMBA2_SEQ_LEN,
+                **_mamba1_mixer(r, hidden))
+
+
+def _jamba(r: HFKeys) -> dict[str, Any]:
+    """Jamba: layer i is attention when i % attn_layer_period == attn_layer_offset, else
+    Mamba-1 (with RMSNorms of Δ, B and C); its FFN is MoE when i % expert_layer_period ==
+    expert_layer_offset, else a SwiGLU MLP.  Two pattern characters a layer."""
+    hidden, layers = r.int("hidden_size"), r.int("num_hidden_layers")
+    periods = {}
+    for kind in ("attn", "expert"):
+        period = r.int(f"{kind}_layer_period")
+        offset = r.int(f"{kind}_layer_offset", minimum=0)
+        if offset >= period:
+            r.fail(f"{kind}_layer_offset", f"must be below {kind}_layer_period={period}")
+        periods[kind] = (period, offset)
+    pattern = "".join(("*" if i % periods["attn"][0] == periods["attn"][1] else "M")
+                      + ("E" if i % periods["expert"][0] == periods["expert"][1] else "-") for i in range(layers))
+    if r.get("hidden_act", "silu") not in ("silu", "swish"):
+        r.fail("hidden_act", "Jamba's MLPs and experts are SwiGLU; valid: silu")
+    heads = r.int("num_attention_heads")
+    kv = r.int("num_key_value_heads", default=None) or heads
+    if heads % kv:
+        r.fail("num_key_value_heads", f"does not divide num_attention_heads={heads}")
+    experts, k = r.int("num_experts"), r.int("num_experts_per_tok")
+    if k > experts:
+        r.fail("num_experts_per_tok", f"exceeds num_experts={experts} (valid values are 1..{experts})")
+    if r.int("sliding_window", default=None) is not None:
+        r.fail("sliding_window", "Jamba's attention over a window is not modelled; valid: null")
+    positions = r.int("max_position_embeddings", default=None)
+    return dict(pattern=pattern, blocks_per_layer=2, hidden=hidden, vocab_size=r.int("vocab_size"),
+                tie_embeddings=r.bool("tie_word_embeddings", False), heads=heads, kv_heads=kv, rope=False,
+                ffn_hidden=r.int("intermediate_size"), mlp_act="swiglu", experts=experts, experts_per_token=k,
+                expert_ffn_hidden=r.int("intermediate_size"), router_score="softmax", max_positions=positions,
+                seq_len=min(positions or DEFAULT_SEQ_CAP, DEFAULT_SEQ_CAP), ssm_dt_norm=True,
+                **_mamba1_mixer(r, hidden, prefix="mamba_"))
 
 
 def _flag(r: HFKeys, key: str, default: bool, required: bool, what: str) -> None:
@@ -168,13 +249,72 @@ def _nemotron_h(r: HFKeys) -> dict[str, Any]:
     return fields
 
 
+READERS = {
+    "mamba": HFReader(read=lambda r: read(r, "mamba"),
+                      requires=(("hidden_size",), ("num_hidden_layers",), ("vocab_size",), ("state_size",),
+                                ("time_step_rank",)),
+                      reads=("intermediate_size", "expand", "conv_kernel", "use_bias", "use_conv_bias",
+                             "tie_word_embeddings", "hidden_act", "mixer_rms_eps"),
+                      model_types=("mamba", "falcon_mamba")),
+    "jamba": HFReader(read=lambda r: read(r, "jamba"),
+                      requires=(("hidden_size",), ("num_hidden_layers",), ("vocab_size",), ("attn_layer_period",),
+                                ("expert_layer_period",), ("mamba_d_state",)),
+                      reads=("attn_layer_offset", "expert_layer_offset", "mamba_d_conv", "mamba_expand",
+                             "mamba_dt_rank", "mamba_proj_bias", "mamba_conv_bias", "num_attention_heads",
+                             "num_key_value_heads", "num_experts", "num_experts_per_tok", "intermediate_size",
+                             "max_position_embeddings", "tie_word_embeddings", "sliding_window", "hidden_act"),
+                      model_types=("jamba",)),
+    "mamba2": HFReader(read=lambda r: read(r, "mamba2"),
+                       requires=(("hidden_size",), ("num_hidden_layers",), ("vocab_size",), ("num_heads",),
+                                 ("head_dim",), ("state_size",)),
+                       reads=("expand", "n_groups", "conv_kernel", "chunk_size", "tie_word_embeddings", "hidden_act",
+                              "rms_norm", "use_bias", "use_conv_bias"),
+                       model_types=("mamba2",)),
+    "nemotron_h": HFReader(read=lambda r: read(r, "nemotron_h"),
+                           requires=(("hidden_size",), ("vocab_size",), ("hybrid_override_pattern", "layers_block_type")),
+                           reads=("num_hidden_layers", "mamba_num_heads", "mamba_head_dim", "n_groups", "ssm_state_size",
+                                  "conv_kernel", "chunk_size", "num_attention_heads", "num_key_value_heads",
+                                  "attention_head_dim", "head_dim", "intermediate_size", "mlp_hidden_act",
+                                  "max_position_embeddings", "tie_word_embeddings", "use_bias", "mamba_proj_bias",
+                                  "attention_bias", "mlp_bias", "use_conv_bias", "n_routed_experts",
+                                  "num_experts_per_tok", "moe_intermediate_size", "moe_shared_expert_intermediate_size",
+                                  "moe_latent_size"),
+                           model_types=("nemotron_h",)),
+}
+
+
+def _jamba_periods(c: HybridConfig) -> dict[str, int]:
+    """The periods and offsets of a Jamba pattern's attention and MoE layers (UsageError when it
+    has none: a Jamba config.json can only say periodic patterns)."""
+    mixers, ffns = c.pattern[0::2], c.pattern[1::2]
+    out = {}
+    for kind, blocks, ch in (("attn", mixers, "*"), ("expert", ffns, "E")):
+        found = next(((p, o) for p in range(1, len(blocks) + 1) for o in range(p)
+                      if all((blocks[i] == ch) == (i % p == o) for i in range(len(blocks)))), None)
+        if found is None:
+            raise UsageError(f"HybridConfig pattern={c.pattern!r}: a Jamba config.json says only periodic "
+                             f"{'attention' if ch == '*' else 'MoE'} layers")
+        out[f"{kind}_layer_period"], out[f"{kind}_layer_offset"] = found
+    return out
+
+
 def to_hf(config: HybridConfig) -> dict[str, Any]:
     """``config`` as a config.json dict of its family; ``config_from_hf(to_hf(c)) == c`` for the presets."""
     c = config
     out: dict[str, Any] = {"model_type": c.family, "architectures": [ARCHITECTURES[c.family]],
                            "hidden_size": c.hidden, "num_hidden_layers": c.layers, "vocab_size": c.vocab_size,
                            "tie_word_embeddings": c.tie_embeddings}
-    if c.family == "mamba2":
+    if c.family == "mamba":
+        out.update(model_type="falcon_mamba", intermediate_size=c.ssm_channels, state_size=c.ssm_state,
+                   conv_kernel=c.conv_kernel, time_step_rank=c.dt_rank, use_bias=c.ssm_proj_bias, use_conv_bias=True,
+                   hidden_act="silu")
+    elif c.family == "jamba":
+        out.update(_jamba_periods(c), mamba_expand=c.ssm_channels // c.hidden, mamba_d_state=c.ssm_state,
+                   mamba_d_conv=c.conv_kernel, mamba_dt_rank=c.dt_rank, mamba_proj_bias=c.ssm_proj_bias,
+                   mamba_conv_bias=True, num_attention_heads=c.heads, num_key_value_heads=c.groups,
+                   num_experts=c.experts, num_experts_per_tok=c.experts_per_token, intermediate_size=c.ffn_hidden,
+                   max_position_embeddings=c.max_positions, hidden_act="silu")
+    elif c.family == "mamba2":
         out.update(num_heads=c.ssm_heads, head_dim=c.ssm_head_dim, expand=c.ssm_inner // c.hidden,
                    state_size=c.ssm_state, n_groups=c.ssm_groups, conv_kernel=c.conv_kernel, chunk_size=c.chunk_size,
                    rms_norm=True, use_bias=False, use_conv_bias=True, hidden_act="silu")

@@ -28,6 +28,10 @@ from __future__ import annotations
 from stage_core.api import RESIDUAL, Graph, GraphBuilder, Tensor, blocks, sym
 
 from .config import LAYER_KINDS, HybridConfig
+from .scan import SELECTIVE_SCAN
+
+#: the registered kernels these families' graphs call (their ModelSpec.kernels)
+KERNELS = (SELECTIVE_SCAN,)
 
 EXPERT = ("expert",)
 
@@ -37,6 +41,7 @@ def build(config: HybridConfig) -> Graph:
     c = config
     g = blocks.model_builder(
         c,
+        kernels=KERNELS,
         pattern=c.pattern,
         max_positions=c.max_positions,
         attention=c.attention,
@@ -50,13 +55,15 @@ def build(config: HybridConfig) -> Graph:
     x, labels, wte = blocks.embed(g, tags=RESIDUAL)
     for i, ch in enumerate(c.pattern):
         prefix, block = LAYERS[LAYER_KINDS[ch]]
-        with g.layer(i):
+        with g.layer(i // c.blocks_per_layer):
             y = blocks.norm(g, x, f"{prefix}.norm")
             x = g.add(block(g, c, y), x, name=f"{prefix}.residual", tags=RESIDUAL)
     return blocks.lm_head(g, x, labels, wte, tied=c.tie_embeddings)
 
 
 def _mamba(g: GraphBuilder, c: HybridConfig, y: Tensor) -> Tensor:
+    if c.ssm_version == 1:
+        return _mamba1(g, c, y)
     h, G, H, P, N, K = sym.dims("h mg mh mp mn mk")
     r = H / G
     with g.scope("mamba"):
@@ -75,6 +82,32 @@ def _mamba(g: GraphBuilder, c: HybridConfig, y: Tensor) -> Tensor:
         g.state(ssm_state, name="ssm_state")
         yy = g.norm("gated_rmsnorm", yy, g.param("norm_gated.weight", (G, r, P)), gate=z, over=2, name="norm_gated")
         return g.einsum("bsgrp,grph->bsh", yy, g.param("out_proj.weight", (G, r, P, h)), name="out_proj")
+
+
+def _mamba1(g: GraphBuilder, c: HybridConfig, y: Tensor) -> Tensor:
+    """A Mamba-1 mixer (transformers' MambaMixer, mamba_ssm's Mamba): channels C = d_inner
+    (dim ``mg``, what tensor parallel splits), state N, Δ rank R, conv taps K."""
+    h, C, N, K, R = sym.dims("h mg mn mk mr")
+    with g.scope("mamba"):
+        bias = g.param("in_proj.bias", (C, 2)) if c.ssm_proj_bias else None
+        xz = g.einsum("bsh,hcz->bscz", y, g.param("in_proj.weight", (h, C, 2)), bias=bias, name="in_proj")
+        x, z = g.split(xz, "bscz->bsc,bsc", (("b", "s", C), ("b", "s", C)), name="in_split")
+        x, conv_state = g.causal_conv1d(x, g.param("conv1d.weight", (C, K)), g.param("conv1d.bias", (C,)),
+                                        name="conv1d")
+        g.state(conv_state, name="conv_state")
+        dbc = g.einsum("bsc,cr->bsr", x, g.param("x_proj.weight", (C, R + 2 * N)), name="x_proj")
+        dt, b, cc = g.split(dbc, "bsr->bst,bsn,bsn", (("b", "s", R), ("b", "s", N), ("b", "s", N)), name="x_split")
+        if c.ssm_dt_norm:  # Jamba: RMSNorms of Δ, B and C
+            dt, b, cc = (blocks.norm(g, t, name) for t, name in ((dt, "dt_norm"), (b, "b_norm"), (cc, "c_norm")))
+        dt = g.einsum("bst,tc->bsc", dt, g.param("dt_proj.weight", (R, C)), bias=g.param("dt_proj.bias", (C,)),
+                      name="dt_proj")
+        yy, state = g.kernel("selective_scan", x, dt, g.param("A_log", (C, N), dtype="fp32"), b, cc,
+                             g.param("D", (C,), dtype="fp32"), z, name="scan")
+        g.state(state, name="ssm_state")
+        out = g.einsum("bsc,ch->bsh", yy, g.param("out_proj.weight", (C, h)), name="out_proj")
+        if c.ssm_proj_bias:
+            out = g.elementwise("add", out, g.param("out_proj.bias", (h,)), spec="bsh,h->bsh", name="out_proj_bias")
+        return out
 
 
 def _attention(g: GraphBuilder, c: HybridConfig, y: Tensor) -> Tensor:

@@ -6,11 +6,13 @@ from stage_core import hookimpl
 from stage_core.records import ModelSpec
 
 from .config import FAMILIES, HybridConfig
-from .hf import config_from_hf
-from .model import build
+from .hf import READERS
+from .model import KERNELS, build
 from .presets import family_presets
 
 DESCRIPTIONS = {
+    "mamba": "Mamba-1 (Mamba, Falcon Mamba): the selective scan as one registered kernel, a depthwise conv",
+    "jamba": "Jamba: Mamba-1 and attention layers (1 in 8), each with an MLP or a MoE (every other layer)",
     "mamba2": "Mamba-2: state-space layers (the SSD chunked scan as one kernel), a depthwise conv, gated RMSNorm",
     "nemotron_h": "Hybrid stacks of Mamba-2, attention, MLP and MoE layers from a layer pattern (Nemotron-H)",
 }
@@ -20,12 +22,7 @@ DESCRIPTIONS = {
 def stage_models() -> list[ModelSpec]:
     return [
         ModelSpec(name=family, family=family, build=build, presets=family_presets(family),
-                  from_dict=HybridConfig.from_dict, hf_model_types=(family,), description=DESCRIPTIONS[family])
+                  from_dict=HybridConfig.from_dict, hf_reader=READERS[family], description=DESCRIPTIONS[family],
+                  kernels=KERNELS)
         for family in FAMILIES
     ]
-
-
-@hookimpl
-def stage_config_from_hf(hf_config):
-    """A HybridConfig for a mamba2 or nemotron_h config.json (a parsed dict, or a path to it or its folder)."""
-    return config_from_hf(hf_config)

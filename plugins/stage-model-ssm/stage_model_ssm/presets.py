@@ -9,6 +9,10 @@ from .config import HybridConfig
 #: nvidia/Nemotron-H-8B-Base-8K's hybrid_override_pattern: 24 Mamba-2, 24 MLP and 4 attention layers
 NEMOTRON_H_8B_PATTERN = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
 
+#: ai21labs/Jamba-v0.1's 32 layers, two characters each: the mixer (attention at i % 8 == 4,
+#: else Mamba-1) and the FFN (MoE at odd i, else MLP)
+JAMBA_PATTERN = "".join(("*" if i % 8 == 4 else "M") + ("E" if i % 2 == 1 else "-") for i in range(32))
+
 PRESETS = MappingProxyType({
     c.name: c
     for c in (
@@ -29,6 +33,22 @@ PRESETS = MappingProxyType({
                      vocab_size=131072, ssm_heads=128, ssm_head_dim=64, ssm_groups=8, ssm_state=128,
                      conv_kernel=4, chunk_size=128, heads=32, kv_heads=8, head_dim=128, rope=False,
                      ffn_hidden=21504, mlp_act="relu2", max_positions=8192, seq_len=8192),
+        # Mamba-1: a small one, and tiiuae/falcon-mamba-7b (d_model 4096, 64 layers, d_inner 8192,
+        # state 16, conv 4, Δ rank 256, vocabulary 65024, untied; trained up to 8192 tokens)
+        HybridConfig(name="mamba1-tiny", family="mamba", pattern="MMMM", ssm_version=1, ssm_channels=256,
+                     dt_rank=8, tie_embeddings=True),
+        HybridConfig(name="falcon-mamba-7b", family="mamba", pattern="M" * 64, hidden=4096, vocab_size=65024,
+                     ssm_version=1, ssm_channels=8192, ssm_state=16, conv_kernel=4, dt_rank=256, seq_len=8192),
+        # Jamba: a small one of 8 layers, and ai21labs/Jamba-v0.1 (32 layers: attention at i % 8 == 4,
+        # MoE of 16 experts, top-2, at odd i; Mamba-1 d_inner 8192, state 16, Δ rank 256; 32 heads,
+        # 8 KV heads, no positions; MLP 14336; vocabulary 65536)
+        HybridConfig(name="jamba-tiny", family="jamba", pattern="M-MEM-ME*-MEM-ME", blocks_per_layer=2,
+                     ssm_version=1, ssm_channels=256, dt_rank=8, ssm_dt_norm=True, mlp_act="swiglu",
+                     expert_ffn_hidden=256, router_score="softmax", max_positions=1024),
+        HybridConfig(name="jamba-v0.1", family="jamba", pattern=JAMBA_PATTERN, blocks_per_layer=2, hidden=4096,
+                     vocab_size=65536, ssm_version=1, ssm_channels=8192, ssm_state=16, conv_kernel=4, dt_rank=256,
+                     ssm_dt_norm=True, heads=32, kv_heads=8, ffn_hidden=14336, mlp_act="swiglu", experts=16,
+                     experts_per_token=2, expert_ffn_hidden=14336, max_positions=262144, seq_len=8192),
     )
 })
 

@@ -13,9 +13,14 @@ def test_nemotron_h_parameters_are_the_checkpoints():
     assert_param_count(HOST, "nemotron-h-8b", 8_100_852_736)
 
 
+def test_jamba_parameters_are_the_checkpoints():
+    # ai21labs/Jamba-v0.1: 51,570,323,328 parameters (test_ssm_published reads its config.json)
+    assert_param_count(HOST, "jamba-v0.1", 51_570_323_328)
+
+
 def test_configs_tasks_and_flops_conserved():
     for family in {s.family for s in HOST.models()}:
         assert_config_round_trips(HOST, family)
-    for model in ("mamba2-tiny", "hybrid-tiny"):
+    for model in ("mamba2-tiny", "hybrid-tiny", "mamba1-tiny", "jamba-tiny"):
         assert assert_tasks(HOST, model) == {"train": "ok", "prefill": "ok", "decode": "ok"}
         assert assert_flops_conserved(HOST, model) >= 4

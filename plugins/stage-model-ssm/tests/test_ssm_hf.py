@@ -66,8 +66,8 @@ def test_bad_values_are_one_line_naming_the_key(base, change, key):
 
 
 def test_other_model_types_are_not_ours():
-    assert config_from_hf({"model_type": "mamba"}) is None
     assert config_from_hf({"model_type": "llama"}) is None
+    assert config_from_hf({"model_type": "gemma2"}) is None
 
 
 def test_export_is_plain_json():

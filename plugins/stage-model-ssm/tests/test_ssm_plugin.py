@@ -16,22 +16,28 @@ from stage_model_ssm import PRESETS, HybridConfig, build, plugin
 from stage_model_ssm.hf import to_hf
 
 
-def test_two_families():
+def test_four_families():
     (specs,) = fresh_host((plugin, "ssm")).pm.hook.stage_models()
     by_family = {s.family: s for s in specs}
-    assert set(by_family) == {"mamba2", "nemotron_h"}
+    assert set(by_family) == {"mamba2", "nemotron_h", "mamba", "jamba"}
     assert set(by_family["mamba2"].presets) == {"mamba2-tiny", "mamba2-2.7b"}
     assert set(by_family["nemotron_h"].presets) == {"hybrid-tiny", "nemotron-h-8b"}
+    assert set(by_family["mamba"].presets) == {"mamba1-tiny", "falcon-mamba-7b"}
+    assert set(by_family["jamba"].presets) == {"jamba-tiny", "jamba-v0.1"}
     for spec in specs:
-        assert isinstance(spec, ModelSpec) and spec.hf_model_types == (spec.family,)
+        assert isinstance(spec, ModelSpec) and spec.family in spec.hf_model_types
         for name, c in spec.presets.items():
             assert c.name == name and c.family == spec.family and spec.from_dict(c.to_dict()) == c
 
 
 def test_hooks_and_entry_point():
-    pm = fresh_host((plugin, "ssm")).pm
-    assert pm.hook.stage_config_from_hf(hf_config=to_hf(PRESETS["mamba2-2.7b"])) == PRESETS["mamba2-2.7b"]
-    assert pm.hook.stage_config_from_hf(hf_config={"model_type": "gemma2"}) is None
+    host = fresh_host((plugin, "ssm"))
+    assert host.config_from_hf(to_hf(PRESETS["mamba2-2.7b"])) == PRESETS["mamba2-2.7b"]
+    # the keys decide: a layer pattern is a hybrid whatever the model_type
+    hybrid = {**to_hf(PRESETS["nemotron-h-8b"]), "model_type": "some-hybrid"}
+    assert host.config_from_hf(hybrid) == PRESETS["nemotron-h-8b"]
+    with pytest.raises(UsageError, match="no model family reads it"):
+        host.config_from_hf({"model_type": "gemma2", "hidden_size": 8})
     assert {ep.name: ep.value for ep in entry_points(group="stage")}.get("ssm") == "stage_model_ssm.plugin"
 
 
@@ -108,7 +114,9 @@ def test_sequence_parallel_gathers_before_in_proj_and_scatters_after_out_proj():
 @pytest.mark.parametrize("change,field", [
     ({"pattern": "MX"}, "pattern"),
     ({"pattern": ""}, "pattern"),
-    ({"family": "jamba"}, "family"),
+    ({"family": "zamba"}, "family"),
+    ({"ssm_version": 3}, "ssm_version"),
+    ({"blocks_per_layer": 3}, "pattern"),
     ({"ssm_groups": 3}, "ssm_groups"),
     ({"chunk_size": 0}, "chunk_size"),
     ({"mlp_act": "gelu"}, "mlp_act"),
