@@ -380,7 +380,7 @@ def _model_file(host: PluginHost, args) -> int:
     if args.family:
         host.hf_family = args.family
     spec, config = resolve_model(host, args.file, _overrides(args.set))
-    graph = spec.build(config)
+    graph = model_graphs(spec, config, Plan())[0]  # built as plan_job builds it: its kernels in scope, checked
     total, active = param_counts(graph)
     record = hf_import_of(config) or {}
     kinds = layer_kinds(graph)

@@ -42,7 +42,7 @@ def test_a_public_config_json_generates(run_stage, tmp_path):
 
 def test_an_unsupported_config_lists_the_supported_model_types(run_stage, tmp_path):
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({"model_type": "bert", "hidden_size": 768}))
+    path.write_text(json.dumps({"model_type": "t5", "hidden_size": 768}))
     done = run_stage("report", "--model", path)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
     for t in ("gpt2", "llama", "mistral", "qwen2", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3"):
