@@ -54,10 +54,9 @@ def evaluate(unit: dict[str, Any]) -> dict[str, Any]:
     try:
         if unit["measure"] == "estimate":
             got = host.estimator(options["estimator"]).estimate(result, hw)
-            if options["node_times"]:
-                starts, finishes = got.get("node_start_s"), got.get("node_finish_s")
-                if starts is None or finishes is None:
-                    raise UsageError(f"--node-times: estimator {options['estimator']} gives no node times")
+            starts, finishes = got.get("node_start_s"), got.get("node_finish_s")  # for graph_time
+            if options["node_times"] and (starts is None or finishes is None):
+                raise UsageError(f"--node-times: estimator {options['estimator']} gives no node times")
         else:
             got = _simulated(host, result, hw)
             if "status" in got:

@@ -142,6 +142,8 @@ def test_a_rerun_takes_every_point_from_the_cache_and_writes_the_same_files(host
     for name in ("index.csv", "categories.json"):
         assert (tmp_path / "a" / name).read_text() == (tmp_path / "b" / name).read_text()
     a, b = dataset(tmp_path / "a"), dataset(tmp_path / "b")
+    # each graph's span, from the estimator's node times, whether or not they are kept per node
+    assert np.isfinite(a["train"]["graph_time"]).all() and "node_start" not in a["train"]
     assert all((a[s][k] == b[s][k]).all() or np.isnan(a[s][k]).all() for s in a for k in a[s])
     build(tmp_path / "grid.toml", tmp_path / "c2", granularity="layer", **kw)  # another unit: evaluated anew
     assert "16 points: 0 cached, 16 to evaluate" in capsys.readouterr().err
