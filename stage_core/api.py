@@ -16,6 +16,8 @@ Sections, in the order a plugin meets them:
   sees of one kernel;
 * strategies: placements, the sharded graph, the mesh;
 * plans: :class:`Plan`, settings to plans, the plan flags of plugin commands;
+* grids of plans (:mod:`stage_core.grid`) and their units of work, named by content
+  and kept in a cache folder (:mod:`stage_core.unitcache`);
 * the flow: planning a job, writing, reading and validating a trace set;
 * traces: what a backend writes and reads;
 * hardware and estimation: presets, transfer times, the replay engine.
@@ -23,7 +25,7 @@ Sections, in the order a plugin meets them:
 
 from __future__ import annotations
 
-from . import __version__, hardware, sym
+from . import __version__, grid, hardware, sym
 from .autodiff import OptimizerConfig, differentiate
 from .cli import main
 from .ir import kernels as flop_counts
@@ -54,23 +56,24 @@ from .planning import (DEFAULT_MODEL, DEFAULT_PLAN, PlanRequest, add_gpu_flag, a
                        plan_from_settings, setting_names, settings_flags)
 from .plugins import PluginHost
 from .rankset import parse_ranks, ranks_text
-from .records import (AxisSpec, BackendSpec, CommandSpec, ComputeModelSpec, ExecutorSpec, GpuSpec, HardwareSpec,
-                      LinkSpec, ModelSpec, OptionSpec, PlanSpec, ScheduleSpec, SimulatorSpec, StrategySpec)
+from .records import (AxisSpec, BackendSpec, CommandSpec, ComputeModelSpec, EstimatorSpec, ExecutorSpec, GpuSpec,
+                      HardwareSpec, LinkSpec, ModelSpec, OptionSpec, PlanSpec, ScheduleSpec, SimulatorSpec, StrategySpec)
 from .schedule.orders import gpipe, interleaved_1f1b, one_f_one_b
 from .schedule.steps import STEP_KINDS, Step, flat_steps, is_pair, order_problem, simulate_order
 from .serve import plan_serve
 from .tasks import CONTEXT, DECODE, PREFILL, TRAIN, inference_graph
 from .trace import (COMM_KEYS, RANK_ATTRS, CollectiveType, NodeType, ProgramNode, RankProgram, StampedNodes, TraceJob,
                     TraceNode, TraceSet)
+from .unitcache import UnitCache, code_versions, unit_id
 from .validate import examine as examine_trace_set
 from .validate import replay
 from .validate import validate as validate_trace_set
 
 __all__ = [
     # hooks and records
-    "hookimpl", "__version__", "AxisSpec", "BackendSpec", "CommandSpec", "ComputeModelSpec", "ExecutorSpec",
-    "GpuSpec", "HardwareSpec", "LinkSpec", "ModelSpec", "OptionSpec", "PlanSpec", "ScheduleSpec", "SimulatorSpec",
-    "StrategySpec", "PluginHost",
+    "hookimpl", "__version__", "AxisSpec", "BackendSpec", "CommandSpec", "ComputeModelSpec", "EstimatorSpec",
+    "ExecutorSpec", "GpuSpec", "HardwareSpec", "LinkSpec", "ModelSpec", "OptionSpec", "PlanSpec", "ScheduleSpec",
+    "SimulatorSpec", "StrategySpec", "PluginHost",
     # errors
     "StageError", "UsageError", "PluginError", "OutputError", "TraceError", "TraceReadError", "TraceWriteError",
     # models
@@ -93,6 +96,8 @@ __all__ = [
     # schedules
     "STEP_KINDS", "Step", "order_problem", "simulate_order", "flat_steps", "is_pair", "gpipe", "one_f_one_b",
     "interleaved_1f1b",
+    # grids of plans (stage sweep, stage dataset) and their units of work
+    "grid", "UnitCache", "unit_id", "code_versions",
     # the flow
     "Result", "plan_job", "resolve_model", "write_trace_set", "read_trace_set", "open_trace_set", "read_manifest",
     "check_output_dir", "comm_groups_json", "validate_trace_set", "examine_trace_set", "plan_serve", "main",

@@ -12,7 +12,8 @@ Hooks, by lifecycle:
 1. what exists: :func:`stage_models`, :func:`stage_strategies`,
    :func:`stage_schedules`, :func:`stage_trace_backends`, :func:`stage_commands`,
    :func:`stage_executors`, :func:`stage_plans`,
-   :func:`stage_hardware`, :func:`stage_compute_models`, :func:`stage_simulators`
+   :func:`stage_hardware`, :func:`stage_compute_models`, :func:`stage_simulators`,
+   :func:`stage_estimators`
 2. resolving input: :func:`stage_config_from_hf`
 """
 
@@ -22,8 +23,8 @@ from typing import Any, Mapping, Sequence
 
 import pluggy
 
-from .records import (BackendSpec, CommandSpec, ComputeModelSpec, ExecutorSpec, HardwareSpec, ModelSpec, PlanSpec,
-                      ScheduleSpec, SimulatorSpec, StrategySpec)
+from .records import (BackendSpec, CommandSpec, ComputeModelSpec, EstimatorSpec, ExecutorSpec, HardwareSpec, ModelSpec,
+                      PlanSpec, ScheduleSpec, SimulatorSpec, StrategySpec)
 
 PROJECT = "stage"
 
@@ -217,6 +218,26 @@ def stage_simulators() -> Sequence[SimulatorSpec]:
                 finish = run_mysim(directory, hardware)  # seconds per rank
                 return {"step_time_s": max(finish), "finished": len(finish) == world}
             return [SimulatorSpec(name="mysim", simulate=simulate, available=available)]
+    """
+
+
+@_hookspec
+def stage_estimators() -> Sequence[EstimatorSpec]:
+    """Register step-time estimators: a planned job's step on a GPU and its network,
+    without a simulator (``stage dataset`` labels its graphs with one; stage-search
+    registers ``replay``, what ``stage estimate`` prints).
+
+    :return: a list of :class:`~stage_core.records.EstimatorSpec`.
+
+    Example::
+
+        @hookimpl
+        def stage_estimators():
+            def serial(result, hardware):  # every kernel of the busiest class, one after the other
+                busiest = max(sum(n.duration_micros for n in p.nodes) for p in result.job.programs)
+                return {"step_time_s": busiest * 1e-6}
+            return [EstimatorSpec(name="serial", estimate=serial,
+                                  description="compute only: no communication, no overlap")]
     """
 
 

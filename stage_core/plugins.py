@@ -27,15 +27,15 @@ from .errors import PluginError, UsageError
 from .guard import Guarded, Owner, PluginFault, guard_record
 from .hookspecs import PROJECT
 from .models import read_hf
-from .records import (BackendSpec, CommandSpec, ComputeModelSpec, ExecutorSpec, HardwareSpec, ModelSpec, PlanSpec,
-                      PluginInfo, ScheduleSpec, SimulatorSpec, StrategySpec)
+from .records import (BackendSpec, CommandSpec, ComputeModelSpec, EstimatorSpec, ExecutorSpec, HardwareSpec, ModelSpec,
+                      PlanSpec, PluginInfo, ScheduleSpec, SimulatorSpec, StrategySpec)
 
 #: the record type each registration hook returns
 RECORD_TYPES = {
     "stage_models": ModelSpec, "stage_strategies": StrategySpec, "stage_schedules": ScheduleSpec,
     "stage_trace_backends": BackendSpec, "stage_commands": CommandSpec, "stage_executors": ExecutorSpec,
     "stage_plans": PlanSpec, "stage_hardware": HardwareSpec, "stage_compute_models": ComputeModelSpec,
-    "stage_simulators": SimulatorSpec,
+    "stage_simulators": SimulatorSpec, "stage_estimators": EstimatorSpec,
 }
 
 #: modules of the core that are plugins themselves
@@ -200,6 +200,9 @@ class PluginHost:
     def simulators(self) -> list[SimulatorSpec]:
         return self._collect("stage_simulators", "simulator")
 
+    def estimators(self) -> list[EstimatorSpec]:
+        return self._collect("stage_estimators", "estimator")
+
     #: the family ``config_from_hf`` reads a config.json as when none is given (``--family``)
     hf_family: str | None = None
 
@@ -297,6 +300,14 @@ class PluginHost:
         known = ", ".join(s.name for s in simulators) or "none installed (install stage-adapter-astrasim)"
         raise UsageError(f"{flag} {name}: unknown simulator; known: {known}{self.broken_hint()}")
 
+    def estimator(self, name: str, flag: str = "--estimator") -> EstimatorSpec:
+        estimators = self.estimators()
+        for e in estimators:
+            if e.name == name:
+                return e
+        known = ", ".join(e.name for e in estimators) or "none installed (install stage-search)"
+        raise UsageError(f"{flag} {name}: unknown estimator; known: {known}{self.broken_hint()}")
+
     def hf_model_types(self) -> list[str]:
         return sorted({t for s in self.models() for t in s.hf_model_types})
 
@@ -326,6 +337,7 @@ class PluginHost:
         add("hardware", self.hardware())
         add("compute_models", self.compute_models())
         add("simulators", self.simulators())
+        add("estimators", self.estimators())
         out = []
         for name, plugin in sorted(self.pm.list_name_plugin(), key=lambda x: x[0]):
             if plugin is None:  # a blocked name

@@ -237,6 +237,26 @@ class SimulatorSpec:
 
 
 @dataclass(frozen=True)
+class EstimatorSpec:
+    """A step-time estimator: a plan's step without writing a set or running a simulator.
+
+    ``estimate(result, hardware)`` takes what :func:`stage_core.flow.plan_job` returned
+    for a plan timed on ``hardware`` (a :class:`HardwareSpec`; every compute node carries
+    its ``duration_micros``) and returns at least ``{"step_time_s": float}``: the slowest
+    rank's finish.  It may add ``mfu``, ``exposed_comm_s`` and, per rank class of
+    ``result.job.programs``, when each node starts and finishes: ``node_start_s`` and
+    ``node_finish_s`` (one list per class, one value per node in program order, seconds
+    from the start of the step).  It raises :class:`stage_core.errors.UsageError` for a
+    plan it cannot estimate.
+    """
+
+    name: str
+    estimate: Callable[[Any, "HardwareSpec"], Mapping[str, Any]]
+    description: str = ""
+    plugin: str = ""
+
+
+@dataclass(frozen=True)
 class PlanSpec:
     """A named parallel plan, usually a published one: the model and the flags that give it.
 

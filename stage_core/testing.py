@@ -41,7 +41,8 @@ __all__ = ["fresh_host", "ToyConfig", "build_toy", "toy_plugin", "write_jsonl", 
            "assert_param_count", "assert_forward_flops", "assert_config_round_trips", "assert_flops_conserved",
            "assert_tasks", "assert_tp_shards_or_warns", "assert_schedule_structure", "assert_schedule_like_1f1b",
            "assert_strategy_conserves", "assert_backend_round_trip", "matrix_plans", "one_device_matmul_flops",
-           "ranks_matmul_flops", "SCHEDULE_CASES", "assert_hardware_preset", "assert_executor", "assert_simulator"]
+           "ranks_matmul_flops", "SCHEDULE_CASES", "assert_hardware_preset", "assert_executor", "assert_simulator",
+           "assert_estimator"]
 
 
 def fresh_host(*plugins: tuple[object, str], disabled: Iterable[str] = ()) -> PluginHost:
@@ -694,3 +695,46 @@ def assert_simulator(host: PluginHost, name: str, directory: Path, model: str = 
     assert got["finished"], f"simulator {name}: not every rank finished"
     assert got["step_time_s"] > 0, f"simulator {name}: step {got['step_time_s']}"
     return got["step_time_s"]
+
+
+def assert_estimator(host: PluginHost, name: str, hardware=None, model: str = "toy") -> float:
+    """An estimator times a one-GPU plan no faster than its kernels run one after the other
+    (a GPU runs one kernel at a time: the sum of the program's ``duration_micros``, within
+    the half microsecond their rounding may lose), and two micro-batches slower than one;
+    node times, where it gives them, are one start and one finish per node of each rank
+    class, the last finish being the step.  ``hardware``: a preset name or a
+    :class:`HardwareSpec` (default: the host's first preset; skips without one).  Returns
+    the one-micro-batch step in seconds."""
+    import math
+
+    spec = next((e for e in host.estimators() if e.name == name), None)
+    assert spec is not None, f"no estimator {name!r} is registered"
+    if hardware is None:
+        presets = host.hardware()
+        if not presets:
+            _skip("no hardware preset is installed (stage-hardware registers h100 and a100)")
+        hardware = presets[0]
+    hw = host.hardware_preset(hardware) if isinstance(hardware, str) else hardware
+    steps = []
+    for m in (1, 2):
+        result = _plan(host, model, Plan(micro_batches=m), gpu=hw)
+        got = spec.estimate(result, hw)
+        step = got["step_time_s"]
+        assert isinstance(step, float) and math.isfinite(step) and step > 0, f"estimator {name}: step {step!r}"
+        [program] = result.job.programs
+        serial = (sum(n.duration_micros for n in program.nodes) - 0.5) * 1e-6
+        assert step >= serial, (f"estimator {name}: {m} micro-batch(es) of {model} take {step:.6e} s on one "
+                                f"{hw.name}, less than its kernels one after the other ({serial:.6e} s)")
+        for key in ("node_start_s", "node_finish_s"):
+            if key in got:
+                times = [list(t) for t in got[key]]
+                assert [len(t) for t in times] == [len(program.nodes)], (
+                    f"estimator {name}: {key} has {[len(t) for t in times]} values, the program "
+                    f"{len(program.nodes)} nodes")
+        if "node_finish_s" in got:
+            last = max(got["node_finish_s"][0])
+            assert math.isclose(last, step, rel_tol=1e-9), f"estimator {name}: last node at {last}, step {step}"
+            assert all(f >= s for s, f in zip(got.get("node_start_s", [[]])[0], got["node_finish_s"][0]))
+        steps.append(step)
+    assert steps[1] > steps[0], f"estimator {name}: two micro-batches ({steps[1]} s) are no slower than one"
+    return steps[0]

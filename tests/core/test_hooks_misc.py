@@ -197,3 +197,56 @@ def test_a_simulator_plugin_is_found_by_name_says_whether_it_can_run_and_is_list
     assert main(["plugins", "--json"], host=host) == 0
     listed = {p["name"]: p for p in json.loads(capsys.readouterr().out)}
     assert listed["fake-sim"]["provides"]["simulators"] == ["absent", "fake"]
+
+
+# --------------------------------------------------------------------------- stage_estimators
+
+
+def test_an_estimator_plugin_is_found_by_name_guarded_and_listed(capsys):
+    from stage_core.errors import PluginError
+    from stage_core.guard import PluginFault
+    from stage_core.parallel import Plan
+    from stage_core.records import EstimatorSpec
+
+    class Serial:
+        """Compute only: the busiest class's kernels one after the other (counted by hand: its
+        compute nodes' FLOPs at 1 PFLOP/s)."""
+
+        @hookimpl
+        def stage_estimators(self):
+            def serial(result, hardware):
+                flops = max(sum(n.num_ops for n in p.nodes if n.type == 4) for p in result.job.programs)
+                return {"step_time_s": flops / 1e15}
+
+            def broken(result, hardware):
+                raise ZeroDivisionError("no GPU")
+
+            return [EstimatorSpec("serial", serial, "compute only"), EstimatorSpec("broken", broken)]
+
+    host = fresh_host((toy_plugin, "toy"), (Serial(), "serial-est"))
+    assert [e.name for e in host.estimators()] == ["broken", "serial"]
+    from stage_core.flow import plan_job
+
+    result = plan_job(host, "toy", {}, Plan())
+    est = host.estimator("serial")
+    assert est.plugin == "serial-est"
+    flops = result.manifest["rank_classes"][0]["flops"]["total"]
+    # the program writes the embedding gather (no arithmetic) with num_ops 1 (design.md, "Units and numbers")
+    assert est.estimate(result, None) == {"step_time_s": (flops + 1) / 1e15}
+    with pytest.raises(PluginFault, match=r"plugin 'serial-est'.*estimator 'broken'.*ZeroDivisionError: no GPU"):
+        host.estimator("broken").estimate(result, None)
+    with pytest.raises(UsageError, match=r"--estimator guess: unknown estimator; known: broken, serial"):
+        host.estimator("guess")
+    with pytest.raises(UsageError, match=r"known: none installed \(install stage-search\)"):
+        fresh_host().estimator("replay")
+
+    class Clash:
+        @hookimpl
+        def stage_estimators(self):
+            return [EstimatorSpec("serial", lambda result, hardware: {"step_time_s": 1.0})]
+
+    with pytest.raises(PluginError, match="estimator name 'serial' is registered by two plugins: 'serial-est' and 'clash'"):
+        fresh_host((Serial(), "serial-est"), (Clash(), "clash")).estimators()
+    assert main(["plugins", "--json"], host=host) == 0
+    listed = {p["name"]: p for p in json.loads(capsys.readouterr().out)}
+    assert listed["serial-est"]["provides"]["estimators"] == ["broken", "serial"]

@@ -50,6 +50,9 @@ class ClassTime:
 class Estimate:
     step_ns: float
     classes: tuple[ClassTime, ...]
+    #: per rank class, when each node of its program was issued and when it was done (ns), in program order
+    issued_ns: tuple[tuple[float, ...], ...] = ()
+    done_ns: tuple[tuple[float, ...], ...] = ()
 
     @property
     def step_time_s(self) -> float:
@@ -180,7 +183,8 @@ def estimate_job(job: TraceJob, hw: HardwareSpec) -> Estimate:
         busy = _length(_merged(compute))
         exposed = _length(_merged(slot)) - _overlap(_merged(slot), _merged(compute))
         classes.append(ClassTime(len(job.programs[p].ranks), finish, busy, exposed, max(0.0, finish - busy - exposed)))
-    return Estimate(max(c.finish_ns for c in classes), tuple(classes))
+    return Estimate(max(c.finish_ns for c in classes), tuple(classes), tuple(map(tuple, done.issued_at)),
+                    tuple(map(tuple, done.done_at)))
 
 
 def _merged(spans) -> list[tuple[float, float]]:

@@ -1,11 +1,12 @@
-"""Registers ``stage sweep`` and the ``local`` executor."""
+"""Registers ``stage sweep``, ``stage estimate``, ``stage search``, the ``local`` executor and
+the ``replay`` estimator."""
 
 from __future__ import annotations
 
 from stage_core import hookimpl
-from stage_core.records import CommandSpec, ExecutorSpec
+from stage_core.records import CommandSpec, EstimatorSpec, ExecutorSpec
 
-from . import estimate_command, executors, search, sweep
+from . import estimate_command, estimator, executors, search, sweep
 
 
 @hookimpl
@@ -19,3 +20,8 @@ def stage_commands():
 @hookimpl(trylast=True)
 def stage_executors():
     return [ExecutorSpec("local", executors.local, "processes on this machine (--workers N, default every core)")]
+
+
+@hookimpl
+def stage_estimators():
+    return [EstimatorSpec("replay", estimator.estimate, estimator.DESCRIPTION)]

@@ -1,23 +1,20 @@
 """``stage sweep SPEC.toml``: every point of a grid, incrementally, on an executor.
 
-Each point becomes a unit (see :mod:`.units`); finished units are kept in a cache
-folder as ``<unit id>.json``, so a rerun evaluates only new or changed points.  The
+The grid is the core's format (:mod:`stage_core.grid`).  Each point becomes a unit (see
+:mod:`.units`); finished units are kept in a cache folder as ``<unit id>.json``
+(:class:`stage_core.unitcache.UnitCache`), so a rerun evaluates only new or changed points.  The
 table lists every point of the spec, in spec order, cached or not.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 from pathlib import Path
 
-from stage_core import __version__
-from stage_core.api import UsageError, setting_names
+from stage_core.api import UnitCache, UsageError, code_versions, grid, setting_names, unit_id
 
-from . import spec as spec_mod
 from . import table, units
 
 HELP = "evaluate a grid of models x plans x hardware (SPEC.toml) into one table, incrementally"
@@ -43,17 +40,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fresh", action="store_true", help="evaluate every point again, ignoring the cache")
 
 
-def versions() -> dict[str, str]:
-    """Code versions a unit's result depends on: the core and every plugin."""
-    out = {"stage-core": __version__}
-    for info in units._host().info():
-        if info.version:
-            out[info.name] = info.version
-    return out
-
-
-def plan_units(sweep: spec_mod.Sweep) -> list[dict]:
-    vers = versions()
+def plan_units(sweep: grid.Sweep) -> list[dict]:
+    vers = code_versions(units._host())
     return [{"flags": p.flags(), "hardware": p.hardware(), "measure": sweep.measure, "versions": vers}
             for p in sweep.points]
 
@@ -70,18 +58,15 @@ def run_sweep(spec_path: Path, output: Path, *, executor: str = "local", workers
     if workers is not None and workers < 1:
         raise UsageError(f"--workers {workers}: must be 1 or more")
     table.check_path(output)
-    sweep = spec_mod.load(spec_path, plan_flag_names(), units.MEASURES)
+    sweep = grid.load(spec_path, plan_flag_names(), units.MEASURES)
     runner = units._host().executor(executor)
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--cache {cache}: cannot create it ({exc.strerror})") from None
+    store = UnitCache(cache)
     todo_units = plan_units(sweep)
-    ids = [units.unit_id(u) for u in todo_units]
+    ids = [unit_id(u) for u in todo_units]
     rows: dict[int, dict] = {}
     if not fresh:
         for i, uid in enumerate(ids):
-            got = _read_cached(cache / f"{uid}.json")
+            got = _cached_row(store.read_json(uid))
             if got is not None:
                 rows[i] = got
     todo = [i for i in range(len(ids)) if i not in rows]
@@ -91,7 +76,7 @@ def run_sweep(spec_path: Path, output: Path, *, executor: str = "local", workers
     for k, row in runner.run(units.evaluate, [todo_units[i] for i in todo], options):
         i = todo[k]
         rows[i] = row
-        _write_cached(cache / f"{ids[i]}.json", {"unit": todo_units[i], "row": row})
+        store.write_json(ids[i], {"unit": todo_units[i], "row": row})
     table_rows = []
     for i, point in enumerate(sweep.points):
         table_rows.append({"unit": ids[i][:16], **point.as_dict(), **rows[i]})
@@ -103,14 +88,6 @@ def run_sweep(spec_path: Path, output: Path, *, executor: str = "local", workers
     return 0
 
 
-def _read_cached(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())["row"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # absent or damaged: evaluate again
-
-
-def _write_cached(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, sort_keys=True) + "\n")
-    tmp.replace(path)
+def _cached_row(data) -> dict | None:
+    row = data.get("row") if isinstance(data, dict) else None
+    return row if isinstance(row, dict) else None  # absent or damaged: evaluate again

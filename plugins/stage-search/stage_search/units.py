@@ -1,15 +1,13 @@
 """A sweep's unit of work: one point, evaluated in any process, named by its content.
 
 A unit is plain data (``{"flags": [...], "hardware": {...}, "measure": ...,
-"versions": {...}}``); its id is the SHA-256 of its canonical JSON, so the same
-point under the same code versions is never evaluated twice, whichever executor
-ran it and wherever.
+"versions": {...}}``); its id is the SHA-256 of its canonical JSON
+(:func:`stage_core.unitcache.unit_id`), so the same point under the same code versions
+is never evaluated twice, whichever executor ran it and wherever.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from functools import lru_cache
 from typing import Any
 
@@ -29,11 +27,6 @@ COLUMNS = {
 }
 #: the GPU a point is timed on when it names none (``system`` or ``gpu``)
 DEFAULT_GPU = "h100"
-
-
-def unit_id(unit: dict[str, Any]) -> str:
-    text = json.dumps(unit, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @lru_cache(maxsize=1)

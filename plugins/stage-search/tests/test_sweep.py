@@ -8,8 +8,8 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from stage_core.api import UsageError, main
-from stage_search import executors, spec, units
+from stage_core.api import UsageError, grid, main
+from stage_search import executors, units
 from stage_search.sweep import plan_flag_names, run_sweep
 
 
@@ -113,7 +113,7 @@ def test_bad_options_are_refused_before_any_work(toy_host, tmp_path):
 def test_points_spell_the_plan_flags_of_stage_report():
     names = plan_flag_names()
     assert {"model", "tp", "dp", "pp", "sp", "zero", "seq-len", "micro-batches"} <= set(names)
-    point = spec.parse({"base": {"model": "m", "sp": True}, "grid": {"tp": [2]}}, "x", names, units.MEASURES).points[0]
+    point = grid.parse({"base": {"model": "m", "sp": True}, "grid": {"tp": [2]}}, "x", names, units.MEASURES).points[0]
     assert point.flags() == ["--model", "m", "--sp", "--tp", "2"]
 
 

@@ -1,8 +1,9 @@
-"""A sweep specification (TOML) and the points it stands for.
+"""A grid of plans (TOML) and the points it stands for: what ``stage sweep`` and
+``stage dataset`` read.
 
 ::
 
-    measure = "report"            # what every point computes: report, estimate or simulate (units.MEASURES)
+    measure = "report"            # what every point computes (each command lists its measures)
 
     [base]                        # settings every point shares: report/generate flags
     model = "llama3-8b"           #   without their dashes ("seq-len", "sp", ...)
@@ -15,6 +16,10 @@
 
 ``grid`` may also be an array of tables (``[[grid]]``): the points are the union of
 their products, in order, without repeats.
+
+The command reading a grid passes the settings a point may have (``flag_names``: the
+plan flags of ``stage report`` without dashes, :func:`stage_core.planning.setting_names`)
+and the measures it knows (the first is the default).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from stage_core.api import UsageError
+from .errors import UsageError
 
 #: settings that describe the machine rather than the plan
 HARDWARE_KEYS = ("system",)
