@@ -20,6 +20,7 @@ from .checks import Degrees, check_declarations, check_model_graph, checked_orde
 from .bounds import (DEFAULT_MAX_NODES, Extrapolated, check_lower_bound, check_model_size, check_world,
                      lower_within)
 from .errors import StageError, TraceError, TraceReadError, TraceWriteError, UsageError
+from .inputs import read_json
 from .ir.builder import kernel_scope
 from .ir.graph import Graph
 from .kernels import KernelError
@@ -72,14 +73,8 @@ class Result:
 
 
 def load_json_config(path: Path) -> dict:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise UsageError(f"--model {path}: cannot read it ({exc.strerror})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"--model {path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    # a regular file of at most inputs.MAX_INPUT_BYTES, UTF-8, JSON of bounded depth and digits
+    data = read_json(path, f"--model {path}")
     if not isinstance(data, dict):
         raise UsageError(f"--model {path}: expected a JSON object (a Hugging Face config.json)")
     return data
