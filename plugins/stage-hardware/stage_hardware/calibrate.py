@@ -13,7 +13,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from stage_core.api import PluginHost, UsageError, hardware
+from stage_core.api import PluginHost, UsageError, check_output_file, hardware
 
 from . import kineto
 
@@ -26,21 +26,30 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", required=True, metavar="NAME|FILE",
                    help="the hardware preset (or file) the profile ran on: its datasheet and starting parameters")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="the hardware file to write (JSON)")
+    p.add_argument("--force", action="store_true",
+                   help="replace FILE even if STAGE did not write it (never the profile or the --gpu file)")
 
 
 def run(args: argparse.Namespace) -> int:
     host = getattr(args, "stage_host", None) or PluginHost()
-    return calibrate(host, Path(args.profile), args.gpu, Path(args.output))
+    return calibrate(host, Path(args.profile), args.gpu, Path(args.output), force=args.force)
 
 
-def calibrate(host: PluginHost, profile: Path, gpu: str, output: Path, out=print) -> int:
+#: the kernels that determine each parameter of the calibrated model (as kineto.classes names them)
+FITTED_BY = {"gemm_efficiency": "gemm", "gemm_k_half": "gemm", "flash_fwd_efficiency": "flash_attention",
+             "flash_bwd_efficiency": "flash_attention_bwd", "hbm_efficiency": "memory-bound",
+             "launch_us": "every"}
+
+
+def calibrate(host: PluginHost, profile: Path, gpu: str, output: Path, out=print, force: bool = False) -> int:
     hw = hardware.resolve(host, gpu)
     model = host.compute_model(hw.gpu.compute_model, hw.gpu.name)
     if model.fit is None:
         raise UsageError(f"--gpu {gpu}: its compute model {model.name!r} has no parameters to fit; "
                          f"use a GPU whose compute model can be calibrated (calibrated)")
-    if output.exists() and not output.is_file():
-        raise UsageError(f"-o {output}: exists and is not a file")
+    inputs = [profile] + ([Path(gpu)] if Path(gpu).is_file() else [])
+    rule = dict(inputs=inputs, force=force)
+    check_output_file(output, "-o", **rule)  # before the work: never the profile, a device, a user's file
     found = kineto.read(profile)
     if not found.samples:
         raise UsageError(f"{profile}: no GPU kernel maps to an operator with recorded shapes "
@@ -49,13 +58,14 @@ def calibrate(host: PluginHost, profile: Path, gpu: str, output: Path, out=print
         fitted = model.fit(found.samples, hw.gpu)
     except ValueError as exc:
         raise UsageError(f"{profile}: {exc}") from None
+    _check_physical(fitted, found, hw, profile)
     source = f"fit by stage calibrate to {len(found.samples)} operators of {profile.name}"
     gpu_spec = dataclasses.replace(
         hw.gpu, parameters={**hw.gpu.parameters, **fitted},
         sources={**hw.gpu.sources, **{name: source for name in fitted}})
     result = dataclasses.replace(hw, name=output.stem, description=f"{hw.description}, calibrated on {profile.name}",
                                  gpu=gpu_spec)
-    hardware.save(result, output)
+    hardware.save(result, output, "-o", **rule)
     share = found.mapped_seconds / found.kernel_seconds if found.kernel_seconds else 0.0
     counts = ", ".join(f"{n} {cls}" for cls, n in sorted(kineto.classes(found.samples).items()))
     out(f"{profile.name}: {len(found.samples)} operators ({counts}), {100 * share:.1f}% of the compute "
@@ -70,3 +80,24 @@ def calibrate(host: PluginHost, profile: Path, gpu: str, output: Path, out=print
         out(f"  {name:<22} {old!s:>10} -> {new:.4g}  {how}" if new is not None else f"  {name:<22} -")
     out(f"wrote {output} (use it with --gpu {output})")
     return 0
+
+
+def _check_physical(fitted: dict, found: kineto.Profile, hw, profile: Path) -> None:
+    """Refuse fitted parameters no GPU can have (an efficiency above 1: faster than the
+    datasheet's peak or bandwidth; a negative or infinite time), naming the kernels
+    that produced them: the profile ran on another GPU than --gpu, or its shapes are not
+    what ran."""
+    counts = kineto.classes(found.samples)
+    peak = f"{hw.gpu.peak_flops('bf16') / 1e12:g} TFLOP/s bf16 peak"
+    limits = {"gemm": peak, "flash_attention": peak, "flash_attention_bwd": peak,
+              "memory-bound": f"{hw.gpu.hbm_gbps:g} GB/s HBM bandwidth"}
+    for name, value in fitted.items():
+        problem = hardware.parameter_problem(name, value)
+        if problem is None:
+            continue
+        cls = FITTED_BY.get(name, "every")
+        n = counts.get(cls, 0)
+        kernels = f"the {len(found.samples)} kernels" if cls == "every" else f"the {n} {cls} kernel{'s' * (n != 1)}"
+        beyond = f" (beyond the {hw.gpu.name}'s {limits[cls]})" if cls in limits and value > 1 and "eff" in name else ""
+        raise UsageError(f"{profile}: {kernels} give {name} = {value:.4g}, which {problem}{beyond}; was the "
+                         f"profile taken on --gpu {hw.name}, with record_shapes=True? Nothing was written")
