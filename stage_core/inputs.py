@@ -8,6 +8,7 @@ turn each into one line naming the file (:class:`~stage_core.errors.UsageError`)
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -31,9 +32,11 @@ def read_input(path: str | os.PathLike, label: str, max_bytes: int = MAX_INPUT_B
         raise UsageError(f"{label}: cannot read it ({exc.strerror or exc})") from None
     try:
         info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise UsageError(f"{label}: cannot read it ({os.strerror(errno.EISDIR)})")
         if not stat.S_ISREG(info.st_mode):
-            kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file (a FIFO, device or socket)"
-            raise UsageError(f"{label}: is {kind}; give a file")
+            kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a device or socket"
+            raise UsageError(f"{label}: cannot read it (not a regular file but {kind}); give a file")
         if info.st_size > max_bytes:
             raise UsageError(f"{label}: is {info.st_size:,} bytes, above the {max_bytes:,} STAGE reads")
         chunks, total = [], 0
