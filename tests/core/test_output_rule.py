@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from stage_core import __version__, output
+from stage_core import output
 from stage_core.cli import main
 from stage_core.errors import OutputError, UsageError
 from stage_core.inputs import read_json
