@@ -16,6 +16,7 @@ from pathlib import Path
 from stage_core.api import PluginHost, UsageError, check_output_file, hardware
 
 from . import kineto
+from .compute import fitted_by
 
 HELP = "fit a GPU's compute-model parameters to a PyTorch profiler (Kineto) trace; write a hardware file"
 
@@ -33,12 +34,6 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     host = getattr(args, "stage_host", None) or PluginHost()
     return calibrate(host, Path(args.profile), args.gpu, Path(args.output), force=args.force)
-
-
-#: the kernels that determine each parameter of the calibrated model (as kineto.classes names them)
-FITTED_BY = {"gemm_efficiency": "gemm", "gemm_k_half": "gemm", "flash_fwd_efficiency": "flash_attention",
-             "flash_bwd_efficiency": "flash_attention_bwd", "hbm_efficiency": "memory-bound",
-             "launch_us": "every"}
 
 
 def calibrate(host: PluginHost, profile: Path, gpu: str, output: Path, out=print, force: bool = False) -> int:
@@ -84,20 +79,23 @@ def calibrate(host: PluginHost, profile: Path, gpu: str, output: Path, out=print
 
 def _check_physical(fitted: dict, found: kineto.Profile, hw, profile: Path) -> None:
     """Refuse fitted parameters no GPU can have (an efficiency above 1: faster than the
-    datasheet's peak or bandwidth; a negative or infinite time), naming the kernels
-    that produced them: the profile ran on another GPU than --gpu, or its shapes are not
-    what ran."""
-    counts = kineto.classes(found.samples)
+    datasheet's peak or bandwidth; a negative, infinite or NaN number), naming the
+    kernels that produced them: the profile ran on another GPU than --gpu, or its
+    shapes are not what ran."""
+    by = fitted_by(found.samples, hw.gpu, fitted)
     peak = f"{hw.gpu.peak_flops('bf16') / 1e12:g} TFLOP/s bf16 peak"
-    limits = {"gemm": peak, "flash_attention": peak, "flash_attention_bwd": peak,
-              "memory-bound": f"{hw.gpu.hbm_gbps:g} GB/s HBM bandwidth"}
+    limits = {"gemm_efficiency": peak, "flash_fwd_efficiency": peak, "flash_bwd_efficiency": peak,
+              "hbm_efficiency": f"{hw.gpu.hbm_gbps:g} GB/s HBM bandwidth"}
+    wrong = []
     for name, value in fitted.items():
         problem = hardware.parameter_problem(name, value)
         if problem is None:
             continue
-        cls = FITTED_BY.get(name, "every")
-        n = counts.get(cls, 0)
-        kernels = f"the {len(found.samples)} kernels" if cls == "every" else f"the {n} {cls} kernel{'s' * (n != 1)}"
-        beyond = f" (beyond the {hw.gpu.name}'s {limits[cls]})" if cls in limits and value > 1 and "eff" in name else ""
-        raise UsageError(f"{profile}: {kernels} give {name} = {value:.4g}, which {problem}{beyond}; was the "
-                         f"profile taken on --gpu {hw.name}, with record_shapes=True? Nothing was written")
+        classes = by.get(name, {})
+        kernels = " and ".join(f"{n} {cls}" for cls, n in sorted(classes.items())) or "no"
+        total = sum(classes.values())
+        beyond = f" (beyond the {hw.gpu.name}'s {limits[name]})" if name in limits and value > 1 else ""
+        wrong.append(f"the {kernels} kernel{'s' * (total != 1)} give {name} = {value:.4g}, which {problem}{beyond}")
+    if wrong:
+        raise UsageError(f"{profile}: {'; '.join(wrong)}; was the profile taken on --gpu {hw.name}, with "
+                         f"record_shapes=True? Nothing was written")
