@@ -204,6 +204,7 @@ def open_set(directory: Path, suffix: str, decode: Decoder,
     # every file of a set has one version: a STAGE set (with a manifest) the one STAGE
     # writes, another the first file's
     expected = ET_VERSION if (directory / "manifest.json").exists() else header["version"]
+    generator = _generator(header)
 
     def iter_ranks() -> Iterator[tuple[int, list[TraceNode]]]:
         many = None if files_reader is None else files_reader(files)
@@ -222,6 +223,9 @@ def open_set(directory: Path, suffix: str, decode: Decoder,
             if meta["version"] != expected:
                 raise ChakraReadError(f"GlobalMetadata version {meta['version']!r}, but the set's is {expected!r}",
                                       path=path, rank=rank, offset=0)
+            if _generator(meta) != generator:  # (one program wrote every file of a set)
+                raise ChakraReadError(f"GlobalMetadata generator {_generator(meta)!r}, but the set's is "
+                                      f"{generator!r}", path=path, rank=rank, offset=0)
             yield rank, nodes
 
     return TraceSet(
@@ -229,6 +233,6 @@ def open_set(directory: Path, suffix: str, decode: Decoder,
         comm_groups=comm_groups(directory),
         iter_ranks=iter_ranks,
         metadata={"format": format_id, "prefix": prefix, "version": header["version"],
-                  "generator": _generator(header)},
+                  "generator": generator},
         ranks=ranks,
     )
