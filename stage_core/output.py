@@ -327,7 +327,7 @@ def die_with_parent() -> None:
 
 @contextmanager
 def staging(target: Path, label: str | None = None,
-            replaceable: Callable[[Path, str], None] | None = None) -> Iterator[Path]:
+            replaceable: Callable[[Path, str], None] | None = None, what: str = "the set") -> Iterator[Path]:
     """A temporary folder beside ``target``; moved into place when the block succeeds.
 
     ``target`` comes from :func:`check_target`; it is checked again just before the
@@ -355,7 +355,7 @@ def staging(target: Path, label: str | None = None,
         try:
             yield tmp
         except OSError as exc:
-            raise _output_error(label, exc, "cannot write the set") from None
+            raise _output_error(label, exc, f"cannot write {what}") from None
         if target.is_symlink() or (target.exists() and not target.is_dir()):
             raise UsageError(f"{label}: something that is not a folder appeared there meanwhile; nothing was changed")
         if target.is_dir():
@@ -363,7 +363,7 @@ def staging(target: Path, label: str | None = None,
         try:
             _move_into_place(tmp, target)
         except OSError as exc:
-            raise _output_error(label, exc, "cannot move the set into place") from None
+            raise _output_error(label, exc, f"cannot move {what} into place") from None
         tmp = None
     except BaseException:
         with _signals_blocked():
@@ -593,7 +593,7 @@ def write_output_folder(target: str | os.PathLike, files: Mapping[str, str | byt
     whole = path.parent.resolve() / path.name
     if whole.is_dir():
         check(whole, label)
-    with staging(whole, label, check) as tmp:
+    with staging(whole, label, check, "the folder") as tmp:
         for name, content in files.items():
             (tmp / name).write_bytes(content.encode() if isinstance(content, str) else content)
     return whole

@@ -10,9 +10,10 @@ device, a link, a file of the set it shows or a file STAGE did not write (unless
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
-from stage_core.api import write_output, write_output_folder
+from stage_core.api import StageError, write_output, write_output_folder
 
 #: what the adapter and the simulator put in a set's ``astrasim`` folder (the simulator
 #: adds its ``log`` folder; ``hardware.json`` is a hardware file given as an object)
@@ -34,5 +35,12 @@ def write_folder(target: Path, files: dict[str, str]) -> None:
 
 
 def write_file(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` in the ``astrasim`` folder just written (the adapter's own)."""
-    write_output(path, text, "stage astrasim", within_set=True, force=True)
+    """Write ``text`` to ``path`` in the ``astrasim`` folder this run wrote (the adapter's
+    own).  When it cannot be written (a full disk), the folder goes too: a run leaves its
+    whole folder or none."""
+    try:
+        write_output(path, text, "stage astrasim", within_set=True, force=True)
+    except StageError as exc:
+        shutil.rmtree(path.parent, ignore_errors=True)
+        raise type(exc)(f"{str(exc).replace('; nothing was changed', '')}; the run's folder {path.parent} "
+                        f"was removed") from None
