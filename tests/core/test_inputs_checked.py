@@ -49,3 +49,13 @@ def test_the_serve_side_plans_still_run(host, capsys):
     assert main(["report", "--model", "toy", "--task", "serve", "--prefill-ranks", "2", "--decode-ranks", "2",
                  "--seq-len", "8", "--prefill-plan", "dp=2", "--decode-plan", "micro-batches=2"], host=host) == 0
     assert "KV cache transfer: 2 requests" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--plan", ""], "--plan '': empty; give a plan name"),  # it was ignored
+    (["--global-batch", "0"], "--global-batch 0: must be a positive integer"),  # 0 was the default
+    (["--seq-len", "0"], "--seq-len 0: must be a positive integer"),
+    (["--micro-batches", "0"], "--micro-batches 0: must be a positive integer"),
+])
+def test_a_value_that_means_nothing_is_never_the_default(host, capsys, argv, needle):
+    assert needle in one_line(host, capsys, "report", "--model", "toy", *argv)
