@@ -19,6 +19,7 @@ Sections, in the order a plugin meets them:
 * grids of plans (:mod:`stage_core.grid`) and their units of work, named by content
   and kept in a cache folder (:mod:`stage_core.unitcache`);
 * the flow: planning a job, writing, reading and validating a trace set;
+* files: the one output rule every written file follows, bounded reading of inputs;
 * traces: what a backend writes and reads;
 * hardware and estimation: presets, transfer times, the replay engine.
 """
@@ -27,11 +28,15 @@ from __future__ import annotations
 
 from . import __version__, grid, hardware, sym
 from .autodiff import OptimizerConfig, differentiate
+from .bounds import MAX_WORLD
 from .cli import main
 from .ir import kernels as flop_counts
 from .errors import OutputError, PluginError, StageError, TraceError, TraceReadError, TraceWriteError, UsageError
 from .flow import (Result, check_output_dir, comm_groups_json, open_trace_set, plan_job, read_manifest,
                    read_trace_set, resolve_model, write_trace_set)
+from .inputs import read_input, read_json, read_text
+from .output import (check_output_file, die_with_parent, png_metadata, recognized, scratch_folder, stage_mark,
+                     write_output, write_output_folder)
 from .hookspecs import hookimpl
 from .ir import blocks
 from .ir.blocks import ATTENTION_KINDS, GLU_KINDS, RESIDUAL
@@ -101,6 +106,10 @@ __all__ = [
     # the flow
     "Result", "plan_job", "resolve_model", "write_trace_set", "read_trace_set", "open_trace_set", "read_manifest",
     "check_output_dir", "comm_groups_json", "validate_trace_set", "examine_trace_set", "plan_serve", "main",
+    "MAX_WORLD",
+    # files: every file STAGE writes goes through write_output (or write_output_folder); inputs are read bounded
+    "write_output", "write_output_folder", "check_output_file", "recognized", "stage_mark", "png_metadata",
+    "scratch_folder", "die_with_parent", "read_input", "read_text", "read_json",
     # traces
     "NodeType", "CollectiveType", "COMM_KEYS", "ProgramNode", "RankProgram", "TraceJob", "TraceNode", "TraceSet",
     "StampedNodes", "RANK_ATTRS", "parse_ranks", "ranks_text",

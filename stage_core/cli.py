@@ -119,16 +119,23 @@ def _print_warnings(result) -> None:
         print(one_line(f"{PROG}: warning: {text}"), file=sys.stderr)
 
 
+def rooflines(host: PluginHost) -> dict[str, tuple[float, float]]:
+    """The registered GPUs' rooflines as ASTRA-sim's system.json gives them: {name: (peak
+    TFLOPS bf16, HBM GB/s)} (what generate warns about and validate's verdict uses)."""
+    return {hw.name: (hw.gpu.peak_flops("bf16") / 1e12, hw.gpu.hbm_gbps) for hw in host.hardware()}
+
+
 def _warn_zero_first_kernel(host: PluginHost, programs) -> None:
     """Say so when a class's first kernel takes 0 ns on a known GPU's roofline: ASTRA-sim
-    would abort on that set at its first tick (the set itself is sound)."""
+    would abort on that set at its first tick (the set itself is sound; stage validate says
+    the same of the written set)."""
+    gpus = rooflines(host)
     for program in programs:
         node = hardware.first_kernel(program.nodes)
         if node is None:
             continue
-        zero = [hw.name for hw in host.hardware()
-                if hardware.roofline_ns(node.num_ops, node.tensor_size, hw.gpu.peak_flops("bf16") / 1e12,
-                                        hw.gpu.hbm_gbps) == 0]
+        zero = [name for name, (peak, bandwidth) in sorted(gpus.items())
+                if hardware.roofline_ns(node.num_ops, node.tensor_size, peak, bandwidth) == 0]
         if zero:
             print(f"{PROG}: warning: the first kernel of ranks {ranks_text(program.ranks)} ({node.name}, "
                   f"{node.tensor_size} bytes) takes under 1 ns on the roofline of {', '.join(zero)}, and "
@@ -305,44 +312,78 @@ def _print_cache(m: dict, plan: Plan) -> None:
               f"({most * plan.dp:,} over dp {plan.dp}), beside {_human(weights)} of weights per rank")
 
 
+#: what a set without manifest.json leaves unchecked (said in the first line of validate)
+NO_MANIFEST = ("no manifest.json: its costs are unchecked (FLOPs, bytes, durations, programs and the groups' ring "
+               "order are compared with nothing; only structure, groups, pairs and the replay are checked)")
+
+
 def cmd_validate(host: PluginHost, args) -> int:
     from .validate import examine
 
     directory = Path(args.dir)
     trace_set = read_trace_set(host, directory)
-    report = examine(trace_set)
+    has_manifest = "manifest" in (trace_set.metadata or {})
+    generator = str((trace_set.metadata or {}).get("generator") or "")
+    require = args.require_manifest
+    if require is None:  # by default, a set STAGE wrote must keep its manifest
+        require = generator.startswith("stage ")
+    if require and not has_manifest:
+        why = f"its traces say {generator} wrote it" if generator.startswith("stage ") else "--require-manifest"
+        raise TraceError([f"{directory}: {NO_MANIFEST.split(':')[0]} ({why}): without it the set's costs cannot be "
+                          f"checked (a kernel made 1,000x longer would pass); write the set again, or give "
+                          f"--no-require-manifest to check its structure only"])
+    report = examine(trace_set, rooflines=rooflines(host))
     problems, verdict = report.problems, report.verdict
     if args.json:
         subset = {} if trace_set.ranks is None else {"subset": ranks_text(trace_set.ranks)}
         replay = None if verdict is None else {
             "finishes": verdict.finishes, "unfinished_ranks": list(verdict.unfinished),
             "timing_independent": verdict.timing_independent,
-            "processes": verdict.processes, "per_class": verdict.per_class}
-        print(json.dumps({"dir": str(directory), "ranks": trace_set.world_size, **subset, "valid": not problems,
+            "processes": verdict.processes, "per_class": verdict.per_class,
+            "first_tick": None if verdict.first_tick is None else {
+                "ranks": list(verdict.first_tick.ranks), "node": verdict.first_tick.node_id,
+                "name": verdict.first_tick.name, "gpus": list(verdict.first_tick.gpus)}}
+        print(json.dumps({"dir": str(directory), "ranks": trace_set.world_size, **subset,
+                          "valid": not problems,
+                          "costs_checked": has_manifest,
                           "problems": [{"rank": p.rank, "node": p.node_id, "name": p.node_name, "reason": p.reason}
                                        for p in problems], "replay": replay}, indent=2))
-        return 1 if problems else 0
+        return 1 if problems or (verdict is not None and not verdict.finishes) else 0
     if problems:
+        if not has_manifest:
+            print(one_line(f"{directory}: {NO_MANIFEST}"), file=sys.stderr)
         for p in problems:
             print(one_line(f"{directory}: {p}"), file=sys.stderr)
         if verdict is not None and verdict.blocked not in problems:
             print(one_line(f"{directory}: {_verdict_text(verdict)}"), file=sys.stderr)
         return 1
+    if not has_manifest:
+        print(one_line(f"{directory}: {NO_MANIFEST}"))
     if trace_set.ranks is not None:
         print(f"{directory}: {len(trace_set.ranks)} of {trace_set.world_size} ranks "
               f"({ranks_text(trace_set.ranks)}), valid")
         return 0
+    if verdict.first_tick is not None:  # (sound, but the simulator aborts on it: validate says so, exit 1)
+        print(one_line(f"{directory}: {trace_set.world_size} ranks, valid; but {_verdict_text(verdict)}"),
+              file=sys.stderr)
+        return 1
     print(f"{directory}: {trace_set.world_size} ranks, valid; {_verdict_text(verdict)}")
     return 0
 
 
 def _verdict_text(verdict) -> str:
     """What the replay of ASTRA-sim's issue rules says the simulator will do."""
-    if verdict.finishes:
-        text = "every rank finishes in ASTRA-sim"
-    else:
+    if verdict.unfinished:
         text = (f"{len(verdict.unfinished)} ranks ({ranks_text(verdict.unfinished)}) never "
                 f"finish in ASTRA-sim")
+    elif verdict.first_tick is not None:
+        tick = verdict.first_tick
+        return (f"ASTRA-sim aborts at its first tick on the roofline of {', '.join(tick.gpus)}: the first kernel of "
+                f"ranks {ranks_text(tick.ranks)}, node {tick.node_id} ({tick.name}, {tick.num_ops:,} FLOPs, "
+                f"{tick.tensor_size:,} bytes), takes under 1 ns, and {hardware.TICK_ZERO}; generate the set with "
+                f"--gpu NAME (timed kernels last at least 1 ns) or a larger batch")
+    else:
+        text = "every rank finishes in ASTRA-sim"
     text += f" (replayed as {verdict.processes} {'rank classes' if verdict.per_class else 'ranks'}"
     if not verdict.timing_independent:
         text += "; for one timing only: some ranks' sends and collectives are not ordered by their dependencies"
@@ -480,6 +521,9 @@ def build_parser(host: PluginHost | None) -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="check a trace set (ids, dependencies, collectives, send/recv)")
     p.add_argument("dir", metavar="DIR")
     p.add_argument("--json", action="store_true", help="print the verdict and the problems as JSON")
+    p.add_argument("--require-manifest", action=argparse.BooleanOptionalAction, default=None,
+                   help="refuse a set without manifest.json, whose costs cannot be checked (default: for a set "
+                        "STAGE wrote, as its traces say; --no-require-manifest checks such a set's structure only)")
     p.set_defaults(run=cmd_validate)
 
     p = sub.add_parser("models", help="list model presets with their parameter counts, or show how a config.json "

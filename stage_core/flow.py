@@ -17,9 +17,10 @@ from typing import Any, Callable, ContextManager, Mapping, Sequence
 from . import __version__, guard, hardware
 from .autodiff import OptimizerConfig, differentiate
 from .checks import Degrees, check_declarations, check_model_graph, checked_order
-from .bounds import (DEFAULT_MAX_NODES, Extrapolated, check_lower_bound, check_model_size, check_world,
+from .bounds import (DEFAULT_MAX_NODES, MAX_WORLD, Extrapolated, check_lower_bound, check_model_size, check_world,
                      lower_within)
 from .errors import StageError, TraceError, TraceReadError, TraceWriteError, UsageError
+from .inputs import read_input, read_json
 from .ir.builder import kernel_scope
 from .ir.graph import Graph
 from .kernels import KernelError
@@ -72,14 +73,8 @@ class Result:
 
 
 def load_json_config(path: Path) -> dict:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise UsageError(f"--model {path}: cannot read it ({exc.strerror})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"--model {path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    # a regular file of at most inputs.MAX_INPUT_BYTES, UTF-8, JSON of bounded depth and digits
+    data = read_json(path, f"--model {path}")
     if not isinstance(data, dict):
         raise UsageError(f"--model {path}: expected a JSON object (a Hugging Face config.json)")
     return data
@@ -546,16 +541,22 @@ def open_trace_set(backend, directory: Path) -> TraceSet:
     return replace(trace_set, iter_ranks=iter_ranks)
 
 
+#: the largest manifest.json read (a 2**20-rank set's lists its ranks: some 8 MB)
+MAX_MANIFEST_BYTES = 1 << 28
+
+
 def read_manifest(directory: Path) -> Any:
     """The parsed ``manifest.json`` of the set in ``directory`` (validate checks it); None
-    when there is none (a set of another generator)."""
+    when there is none (a set of another generator).  A FIFO, a file above
+    MAX_MANIFEST_BYTES or one that is not JSON is a TraceReadError naming it."""
     path = directory / MANIFEST
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
     try:
-        return json.loads(path.read_bytes().decode("utf-8"))
-    except OSError as exc:
-        raise TraceReadError(f"cannot read it ({exc.strerror or exc})", path=path) from None
+        data = read_input(path, "manifest.json", MAX_MANIFEST_BYTES)
+        return json.loads(data.decode("utf-8"))
+    except UsageError as exc:
+        raise TraceReadError(str(exc).removeprefix("manifest.json: "), path=path) from None
     except UnicodeDecodeError as exc:
         raise TraceReadError(f"not UTF-8 text ({exc.reason})", path=path, offset=exc.start) from None
     except (ValueError, RecursionError) as exc:
@@ -563,10 +564,21 @@ def read_manifest(directory: Path) -> Any:
                              path=path) from None
 
 
+def check_manifest_world(directory: Path) -> None:
+    """Refuse, before a reader lays anything out per rank, a manifest naming more ranks
+    than STAGE handles (a world of 10**12 would be 10**12 of everything)."""
+    manifest = read_manifest(directory)
+    world = manifest.get("world_size") if isinstance(manifest, dict) else None
+    if type(world) is int and world > MAX_WORLD:
+        raise TraceReadError(f"world_size {world:,} is above the {MAX_WORLD:,} ranks STAGE reads and checks",
+                             path=directory / MANIFEST)
+
+
 def read_trace_set(host: PluginHost, directory: Path):
     """Decode a trace set with the backend whose files it holds."""
     if not directory.is_dir():
         raise UsageError(f"{directory}: no such folder")
+    check_manifest_world(directory)
     for b in host.backends():
         if b.read is not None and b.detect is not None and b.detect(directory):
             return open_trace_set(b, directory)

@@ -25,15 +25,19 @@ and the measures it knows (the first is the default).
 from __future__ import annotations
 
 import itertools
+import math
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .errors import UsageError
+from .inputs import read_text
 
 #: settings that describe the machine rather than the plan
 HARDWARE_KEYS = ("system",)
+#: the most points one sweep evaluates (each a plan; a unit, a row and a cache file)
+MAX_POINTS = 100_000
 
 
 @dataclass(frozen=True)
@@ -71,14 +75,13 @@ class Sweep:
 
 def load(path: Path, flag_names: Iterable[str], measures: Iterable[str]) -> Sweep:
     """Read and check ``path``; ``flag_names`` are the valid plan flags (without dashes)."""
+    text = read_text(path, str(path))  # a regular file, bounded (a FIFO would block)
     try:
-        data = tomllib.loads(path.read_text())
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read it ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{path}: not a UTF-8 text file") from None
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: not valid TOML ({exc})") from None
+    except RecursionError:
+        raise UsageError(f"{path}: not TOML STAGE reads (nested too deep)") from None
     return parse(data, str(path), flag_names, measures)
 
 
@@ -108,6 +111,10 @@ def parse(data: Mapping[str, Any], where: str, flag_names: Iterable[str], measur
             for v in values:
                 if not isinstance(v, (str, int, float, bool)):
                     raise UsageError(f"{where}: [{name}] {key} = {v!r}: values are strings, numbers or booleans")
+    size = sum(math.prod(len(v) for v in grid.values()) for grid in grids or [{}])
+    if size > MAX_POINTS:  # counted before any point is made
+        raise UsageError(f"{where}: the grid has {size:,} points, above the {MAX_POINTS:,} one sweep evaluates; "
+                         f"split it into several specs or give fewer values")
     points: dict[Point, None] = {}
     keys: dict[str, None] = dict.fromkeys(base)
     for grid in grids or [{}]:

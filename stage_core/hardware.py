@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .errors import UsageError
+from .inputs import read_json
+from .output import STAGE_MARK, stage_mark, write_output
 from .records import GpuSpec, HardwareSpec, LinkSpec
 
 _GPU_FIELDS = {f.name for f in dataclasses.fields(GpuSpec)}
@@ -59,13 +62,26 @@ def _record(cls, data: Any, fields: set[str], where: str):
 
 
 def _positive(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise UsageError(f"{where}: {value!r} is not a positive number")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise UsageError(f"{where}: {value!r} is not a positive finite number")
     return value
+
+
+def parameter_problem(name: str, value: Any) -> str | None:
+    """What is wrong with a compute model's parameter, or None: it must be a finite
+    number, 0 or more; one named ``*_efficiency`` is a share of a datasheet figure, above
+    0 and at most 1 (no kernel runs faster than the GPU's peak or its memory's bandwidth)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        return "is not a finite number of 0 or more"
+    if name.endswith("_efficiency") and not 0 < value <= 1:
+        return "is not a share of the datasheet's figure (above 0, at most 1)"
+    return None
 
 
 def from_dict(data: Any, where: str = "hardware file") -> HardwareSpec:
     """A :class:`HardwareSpec` from the file format; bad content is a one-line UsageError."""
+    if isinstance(data, dict) and STAGE_MARK in data:  # (the mark of a file STAGE wrote)
+        data = {k: v for k, v in data.items() if k != STAGE_MARK}
     data = _record(HardwareSpec, data, _HW_FIELDS, where)
     gpu = dict(_record(GpuSpec, data["gpu"], _GPU_FIELDS, f"{where}: gpu"))
     tflops = gpu["matmul_tflops"]
@@ -77,14 +93,27 @@ def from_dict(data: Any, where: str = "hardware file") -> HardwareSpec:
         _positive(gpu[key], f"{where}: gpu.{key}")
     if not isinstance(gpu["sm_count"], int):
         raise UsageError(f"{where}: gpu.sm_count {gpu['sm_count']!r} is not a whole number")
-    for key, value in dict(gpu.get("parameters", {})).items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise UsageError(f"{where}: gpu.parameters.{key} {value!r} is not a number")
+    for key in ("parameters", "sources"):
+        if not isinstance(gpu.get(key, {}), dict):
+            raise UsageError(f"{where}: gpu.{key} must be an object")
+    for key, value in gpu.get("parameters", {}).items():
+        problem = parameter_problem(str(key), value)
+        if problem:
+            raise UsageError(f"{where}: gpu.parameters.{key} {value!r} {problem}")
+    if "memory_gib" in gpu:
+        memory = gpu["memory_gib"]
+        if isinstance(memory, bool) or not isinstance(memory, (int, float)) or not 0 <= memory < math.inf:
+            raise UsageError(f"{where}: gpu.memory_gib {memory!r} is not a finite number of 0 or more")
+    if not isinstance(data.get("sources", {}), dict):
+        raise UsageError(f"{where}: sources must be an object")
     links = {}
     for tier in ("scale_up", "scale_out"):
         link = _record(LinkSpec, data[tier], _LINK_FIELDS, f"{where}: {tier}")
         for key in ("bandwidth_gbps", "efficiency", "latency_ns"):
             _positive(link[key], f"{where}: {tier}.{key}")
+        if link["efficiency"] > 1:
+            raise UsageError(f"{where}: {tier}.efficiency {link['efficiency']!r} is above 1 (a share of the "
+                             f"link's bandwidth)")
         links[tier] = LinkSpec(**link)
     if not isinstance(data["gpus_per_node"], int) or data["gpus_per_node"] < 1:
         raise UsageError(f"{where}: gpus_per_node {data['gpus_per_node']!r} is not a positive whole number")
@@ -94,23 +123,13 @@ def from_dict(data: Any, where: str = "hardware file") -> HardwareSpec:
 
 def load(path: Path, flag: str = "--gpu") -> HardwareSpec:
     """Read a hardware file."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise UsageError(f"{flag} {path}: cannot read it ({exc.strerror})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{flag} {path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    return from_dict(data, f"{flag} {path}")
+    return from_dict(read_json(path, f"{flag} {path}"), f"{flag} {path}")
 
 
-def save(hw: HardwareSpec, path: Path) -> None:
-    """Write ``hw`` as a hardware file (through a temporary file and a rename)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(to_dict(hw), indent=2) + "\n")
-    tmp.replace(path)
+def save(hw: HardwareSpec, path: Path, flag: str = "-o", **rule) -> Path:
+    """Write ``hw`` as a hardware file by STAGE's output rule (:func:`stage_core.output.write_output`;
+    ``rule``: its ``inputs``, ``force``, ``within_set``), marked as STAGE's."""
+    return write_output(path, json.dumps({**stage_mark(), **to_dict(hw)}, indent=2) + "\n", flag, **rule)
 
 
 def resolve(host, value: str, flag: str = "--gpu") -> HardwareSpec:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from . import __version__
+from .bounds import MAX_WORLD
 from .errors import UsageError
 from .parallel.mesh import Mesh
 from .parallel.plan import Plan, is_count
@@ -76,6 +77,8 @@ def parse_side(text: str | None, flag: str) -> dict:
         if not sep or key not in SIDE_KEYS:
             raise UsageError(f"{flag} {text}: expected KEY=VALUE pairs separated by commas, KEY one of "
                              f"{', '.join(SIDE_KEYS)} (e.g. tp=4,pp=2)")
+        if key.replace("-", "_") in out:  # (the last one would silently win)
+            raise UsageError(f"{flag} {text}: {key} is given twice; give each key once")
         if SIDE_KEYS[key] is int:
             try:
                 value = int(value)
@@ -95,6 +98,9 @@ def side_plans(base: Plan, prefill_ranks: int | None, decode_ranks: int | None, 
             raise UsageError(f"--task serve needs {flag} (and its partner): the ranks that run each side")
         if not is_count(value):
             raise UsageError(f"{flag} {value}: must be a positive integer")
+    if prefill_ranks + decode_ranks > MAX_WORLD:  # before anything is laid out per rank
+        raise UsageError(f"--prefill-ranks {prefill_ranks:,} + --decode-ranks {decode_ranks:,} = "
+                         f"{prefill_ranks + decode_ranks:,} ranks, above the {MAX_WORLD:,} STAGE lays out")
     if world is not None and prefill_ranks + decode_ranks != world:
         raise UsageError(f"--prefill-ranks {prefill_ranks} + --decode-ranks {decode_ranks} = "
                          f"{prefill_ranks + decode_ranks} does not add up to the world of {world} ranks "

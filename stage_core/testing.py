@@ -188,7 +188,8 @@ def read_jsonl(directory: Path) -> TraceSet:
                                        d.get("duration_micros", 0)))
             yield int(path.name.split(".")[1]), nodes
 
-    manifest = json.loads((directory / "manifest.json").read_text())
+    path = directory / "manifest.json"
+    manifest = json.loads(path.read_text()) if path.exists() else {}  # (a set whose manifest is gone)
     part = manifest.get("subset")
     if part is None:
         return TraceSet(world_size=len(files), comm_groups=groups, iter_ranks=ranks)

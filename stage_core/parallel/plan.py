@@ -185,9 +185,9 @@ class Plan:
                 f"etp x ep x edp, so etp*ep must divide {inner} (valid --ep: {', '.join(map(str, valid))})"
             )
         cf = self.moe_capacity_factor
-        if cf is not None and (isinstance(cf, bool) or not isinstance(cf, (int, float)) or not cf > 0):
-            raise UsageError(f"--moe-capacity-factor {cf}: must be a positive number (e.g. 1.25), or omitted for "
-                             f"dropless routing")
+        if cf is not None and (isinstance(cf, bool) or not isinstance(cf, (int, float)) or not 0 < cf < float("inf")):
+            raise UsageError(f"--moe-capacity-factor {cf}: must be a positive finite number (e.g. 1.25), or omitted "
+                             f"for dropless routing")
         imb = self.moe_imbalance
         if isinstance(imb, bool) or not isinstance(imb, (int, float)) or not 1 <= imb < float("inf"):
             raise UsageError(f"--moe-imbalance {imb}: the busiest expert's rows over the uniform share; "

@@ -23,7 +23,13 @@ graph walks only.  The checks, by concern:
   slot shared by sends and collectives, receives unlimited, ascending id), replayed
   on every rank at once: whether every rank finishes.  :mod:`.quotient` runs one
   process per rank class when the classes meet consistently, :mod:`.verdict` names
-  the first rank that never finishes and why.
+  the first rank that never finishes and why.  :mod:`.firsttick` adds the one abort
+  that order does not decide: a first kernel of 0 ns on a GPU's roofline.
+
+A set without a manifest has no plan and no costs to check its files against; the
+report says so (``Report.manifest``), and ``stage validate --require-manifest``
+refuses it.  With one, every group's members must run in the plan's ring order
+(ascending ranks, as the mesh lists them): the order is part of a collective's cost.
 
 A set may hold some ranks of its world only (``trace_set.ranks``, written with
 ``stage generate --ranks``): each rank present is checked in full, a group's
@@ -43,31 +49,33 @@ from __future__ import annotations
 
 import gc
 from contextlib import contextmanager
-from typing import Iterator
-
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Iterator, Mapping
 
 from ..errors import TraceError
 from ..trace import TraceSet
 from . import groups as group_checks
 from . import pairs as pair_checks
 from .contract import ATTR_KINDS
+from .firsttick import FirstKernels, FirstTick, Roofline, first_tick
 from .manifest import CostMemo, check_manifest
 from .problems import Problem, Problems
 from .ranks import RankSummary, check_rank_number, scan_rank
 from .shapes import Shapes
 from .verdict import Verdict, decide
 
-__all__ = ["ATTR_KINDS", "Problem", "Report", "Verdict", "check", "examine", "validate"]
+__all__ = ["ATTR_KINDS", "FirstTick", "Problem", "Report", "Verdict", "check", "examine", "validate"]
 
 
 @dataclass(frozen=True, slots=True)
 class Report:
     """The problems of a set, and what the simulator will do with it (None when the
-    set has defects the simulator cannot run at all)."""
+    set has defects the simulator cannot run at all).  ``manifest``: the set had one,
+    so its costs and group order were checked."""
 
     problems: list[Problem]
     verdict: Verdict | None
+    manifest: bool = True
 
 
 def validate(trace_set: TraceSet, max_problems: int = 50, costs: dict | None = None) -> list[Problem]:
@@ -82,10 +90,13 @@ def validate(trace_set: TraceSet, max_problems: int = 50, costs: dict | None = N
     return examine(trace_set, max_problems, costs).problems
 
 
-def examine(trace_set: TraceSet, max_problems: int = 50, costs: dict | None = None) -> Report:
-    """:func:`validate`'s problems and the replay's verdict."""
+def examine(trace_set: TraceSet, max_problems: int = 50, costs: dict | None = None,
+            rooflines: Mapping[str, Roofline] | None = None) -> Report:
+    """:func:`validate`'s problems and the replay's verdict.  ``rooflines`` ({GPU name:
+    (peak TFLOPS, memory GB/s)}): the verdict also says which ranks the simulator aborts
+    at its first tick on them (:mod:`.firsttick`)."""
     with _paused_gc():
-        return _examine(trace_set, max_problems, costs)
+        return _examine(trace_set, max_problems, costs, rooflines)
 
 
 @contextmanager
@@ -108,13 +119,17 @@ def _paused_gc() -> Iterator[None]:
         gc.enable()
 
 
-def _examine(trace_set: TraceSet, max_problems: int, costs: dict | None) -> Report:
+def _examine(trace_set: TraceSet, max_problems: int, costs: dict | None,
+             rooflines: Mapping[str, Roofline] | None = None) -> Report:
     out = Problems(max_problems)
     groups = group_checks.check_groups(trace_set, out)
+    manifest = (trace_set.metadata or {}).get("manifest")
+    if manifest is not None:
+        group_checks.check_ring_order(trace_set.comm_groups, out)
     runnable = out.total == 0
+    firsts = FirstKernels() if rooflines else None
     summaries: dict[int, RankSummary] = {}
     shapes = Shapes(max_problems)
-    manifest = (trace_set.metadata or {}).get("manifest")
     memo = CostMemo()
     wanted = manifest is not None or costs is not None
     costs = {} if costs is None else costs
@@ -124,6 +139,8 @@ def _examine(trace_set: TraceSet, max_problems: int, costs: dict | None) -> Repo
                                         shapes, out)
             if wanted:
                 costs[rank] = memo.costs(nodes)
+            if firsts is not None:
+                firsts.add(rank, nodes)
         else:
             runnable = False
     subset = trace_set.ranks is not None
@@ -140,7 +157,12 @@ def _examine(trace_set: TraceSet, max_problems: int, costs: dict | None) -> Repo
         verdict = decide(summaries, shapes.programs, groups)
         if verdict.blocked is not None and out.total == 0:
             out.items.append(verdict.blocked)
-    return Report(out.result(), verdict)
+        if firsts is not None:
+            timed = bool(manifest.get("compute_model")) if isinstance(manifest, dict) else False
+            tick = first_tick(firsts.of, rooflines, timed)
+            if tick is not None:
+                verdict = replace(verdict, first_tick=tick)
+    return Report(out.result(), verdict, manifest is not None)
 
 
 def check(trace_set: TraceSet, max_problems: int = 50) -> None:

@@ -33,6 +33,26 @@ def check_groups(trace_set: TraceSet, out: Problems) -> dict[str, frozenset[int]
     return groups
 
 
+def check_ring_order(comm_groups: Mapping[str, Sequence[int]], out: Problems) -> None:
+    """Every group lists its members in the plan's ring order.  A collective runs as a ring
+    over a group's members in comm_groups.json order, so the order is part of its cost
+    (reordered, a step of the same set takes other time in the simulator); a plan's mesh
+    lists every group's ranks ascending (:meth:`stage_core.parallel.mesh.Mesh.all_group_members`),
+    the tied embedding's first and last stage and a served set's offset groups too."""
+    for name, members in comm_groups.items():
+        members = list(members)
+        if any(a >= b for a, b in zip(members, members[1:])) and len(set(members)) == len(members):
+            ring = sorted(members)
+            out.at(None, None, "", f"comm group {name!r} lists its members as {shortened_list(members)}, not in the "
+                                   f"plan's ring order {shortened_list(ring)} (ascending, as the plan's mesh lays "
+                                   f"them out): the ring's order is part of every collective's cost on it")
+
+
+def shortened_list(values: Sequence[int], shown: int = 8) -> str:
+    values = list(values)
+    return str(values) if len(values) <= shown else f"[{', '.join(map(str, values[:shown]))}, ... {len(values)} ranks]"
+
+
 def check_group(rank: int, node: TraceNode, numbers: tuple | None,
                 groups: Mapping[str, frozenset[int]], collectives: list,
                 out: Recorder) -> None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from ..rankset import ranks_text
+from .firsttick import FirstTick
 from .problems import Problem, coll_text, shortened
 from .quotient import World, world
 from .replay import COLL, RECV, Program, Replay, run
@@ -27,10 +28,13 @@ class Verdict:
     processes: int  # processes replayed (rank classes, or ranks)
     per_class: bool  # one process per rank class
     blocked: Problem | None  # the first rank that never finishes, and why
+    #: ranks whose first kernel takes 0 ns on some GPUs' rooflines: the simulator aborts
+    #: at its first tick there (see :mod:`.firsttick`), whatever the order
+    first_tick: FirstTick | None = None
 
     @property
     def finishes(self) -> bool:
-        return not self.unfinished
+        return not self.unfinished and self.first_tick is None
 
 
 def decide(summaries: Mapping[int, RankSummary], programs: Sequence[Program],

@@ -83,7 +83,7 @@ def one_line_error(status, err, *needles):
     (["--model", "toy", "--tp", "2", "--dp", "2", "--ep", "2", "--etp", "4"], ["--ep 2 with --etp 4",
                                                                                   "valid --ep: 1"]),
     (["--model", "toy", "--moe-imbalance", "0.5"], ["--moe-imbalance 0.5", "1 or more"]),
-    (["--model", "toy", "--moe-capacity-factor", "0"], ["--moe-capacity-factor 0.0", "positive number"]),
+    (["--model", "toy", "--moe-capacity-factor", "0"], ["--moe-capacity-factor 0.0", "positive finite number"]),
     (["--model", "toy", "--moe-dispatcher", "ring"], ["--moe-dispatcher ring", "alltoall, allgather"]),
 ])
 def test_bad_input_is_one_line_exit_2_and_no_output(host, capsys, tmp_path, argv, needles):

@@ -1,8 +1,11 @@
-"""Fuzzing the command line (issue 9, point 6): arguments and output paths drawn by
-Hypothesis, on the toy model and the jsonl backend.
+"""Fuzzing the command line (issue 9, point 6; grown in issue 26): arguments and output paths
+drawn by Hypothesis, on the toy model and the jsonl backend.  Arguments include the
+inference tasks and serve plans (``--prefill-plan``/``--decode-plan``, keys repeated too),
+``--ranks`` and ``--stage-layers``; output files go through the one output rule
+(``stage_core.output.write_output``) at every kind of path a user's folder holds.
 
 Whatever is drawn: never a traceback; exit status 0, or 1 or 2 with one line; nothing
-half-written left; the user's files intact.  The CI profile runs a fixed budget of
+half-written left; the user's files intact (no foreign path replaced).  The CI profile runs a fixed budget of
 derandomized examples; ``HYPOTHESIS_PROFILE=long`` runs ten times more, at random.
 Counts per category are printed at the end of the module (``-s`` or the summary).
 """
@@ -21,8 +24,10 @@ from hypothesis import strategies as st
 from stage_core import hookimpl
 from stage_core.cli import main
 from stage_core.parallel import R
+from stage_core.errors import StageError
+from stage_core.output import stage_mark, write_output
 from stage_core.records import StrategySpec
-from stage_core.testing import fresh_host, jsonl_plugin, toy_plugin
+from stage_core.testing import fresh_host, jsonl_plugin, reference_strategies, toy_plugin
 
 COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
               database=None)
@@ -45,6 +50,8 @@ class DP:
 
 
 HOST = fresh_host((toy_plugin, "toy"), (jsonl_plugin, "jsonl"), (DP(), "dp"))
+#: with the reference pp strategy too: --pp, --stage-layers, schedules
+HOST_PP = fresh_host((toy_plugin, "toy"), (jsonl_plugin, "jsonl"), (reference_strategies, "reference"))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -54,8 +61,8 @@ def report_counts(request):
     request.config.fuzz_counts = [*getattr(request.config, "fuzz_counts", []), line]  # conftest prints them
 
 
-def run(argv, capsys):
-    status = main(argv, host=HOST)  # an exception here fails the test: a traceback
+def run(argv, capsys, host=HOST):
+    status = main(argv, host=host)  # an exception here fails the test: a traceback
     out = capsys.readouterr()
     return status, out.err
 
@@ -92,7 +99,11 @@ VALUES = st.one_of(INTS.map(str), st.text(string.printable, max_size=8),
                                     "dp-tp", "jsonl", "chakra"]))
 FLAGS = ["--dp", "--tp", "--pp", "--cp", "--ep", "--zero", "--recompute", "--schedule", "--virtual-stages",
          "--grad-dtype", "--optimizer-dtype", "--seq-len", "--micro-batch-size", "--micro-batches",
-         "--global-batch", "--order", "--model", "--max-nodes", "--stage-layers", "--format", "--bogus"]
+         "--global-batch", "--order", "--model", "--max-nodes", "--stage-layers", "--format", "--bogus",
+         "--task", "--context-len", "--decode-steps", "--prefill-ranks", "--decode-ranks", "--prefill-plan",
+         "--decode-plan", "--ranks", "--moe-capacity-factor", "--plan"]
+SIDE_PLANS = ["tp=1", "dp=2", "pp=2", "micro-batches=2", "dp=1,dp=2", "tp=2,tp=2", "pp=0", "cp=2", "bogus=1",
+              "micro-batch-size=nan", "", ",", "tp", "tp=", "=2", "dp=1000000000"]
 SET_KEYS = ["layers", "hidden", "heads", "ffn", "vocab", "seq_len", "dtype", "name", "nope", ""]
 
 
@@ -102,7 +113,13 @@ SENSIBLE = {"--dp": ["1", "2", "4"], "--tp": ["1", "2"], "--pp": ["1"], "--cp": 
             "--schedule": ["1f1b", "gpipe"], "--virtual-stages": ["1"], "--grad-dtype": ["bf16", "fp16", "fp32"],
             "--optimizer-dtype": ["fp32", "bf16"], "--seq-len": ["8", "16", "32"], "--micro-batch-size": ["1", "2"],
             "--micro-batches": ["1", "3", "100000"], "--global-batch": ["4", "8"], "--order": ["tp-cp-ep-dp-pp"],
-            "--model": ["toy"], "--max-nodes": ["100", "1000000"], "--format": ["jsonl"]}
+            "--model": ["toy"], "--max-nodes": ["100", "1000000"], "--format": ["jsonl"],
+            "--task": ["train", "prefill", "decode", "serve"], "--context-len": ["8", "16"],
+            "--decode-steps": ["1", "2"], "--prefill-ranks": ["1", "2", "1000000"], "--decode-ranks": ["1", "2"],
+            "--prefill-plan": SIDE_PLANS, "--decode-plan": SIDE_PLANS,
+            "--ranks": ["0", "0-1", "1,0", "0,0", "5", "-1", "0-", "1-0", "0,2-3"],
+            "--stage-layers": ["auto", "1,1", "2,0", "1", "auto,1", "0,2", "1,1,1,1"],
+            "--moe-capacity-factor": ["1.25", "inf", "nan", "0", "-1"], "--plan": ["", "nope"]}
 
 
 @st.composite
@@ -121,14 +138,14 @@ def arguments(draw):
 
 
 @settings(settings.get_profile(PROFILE))
-@given(argv=arguments())
-def test_any_arguments(argv, tmp_path_factory, capsys):
+@given(argv=arguments(), with_pp=st.booleans())
+def test_any_arguments(argv, with_pp, tmp_path_factory, capsys):
     folder = tmp_path_factory.mktemp("args")
     os.chdir(folder)  # a relative -o lands here
     try:
         if argv[0] == "generate" and "--format" not in argv:
             argv += ["--format", "jsonl"]
-        status, err = run(argv, capsys)
+        status, err = run(argv, capsys, HOST_PP if with_pp else HOST)
         check_one_line(status, err)
         left = sorted(os.listdir(folder))
         # written whole, or nothing: no temporary folder, no part of a set
@@ -206,5 +223,78 @@ def test_any_output_path(name, inside, a_set, tmp_path_factory, capsys):
         assert all(k.startswith(("set" + os.sep, "set")) for k in replaced), replaced
         STATS["paths written"] += 1
     finally:
+        os.chdir(tmp_path_factory.getbasetemp())
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- output files (issue 26)
+
+_GARDEN_NAMES = st.sampled_from(["new.json", "t.json", "mine/thesis.txt", "mine/sub/data.csv", "file.txt", "link", "dangling",
+                     "loop", "loop/x.json", "fifo", "sock", "empty", "empty/", "set/trace.0.jsonl", "set/new.json",
+                     "set/sub/x.json", "stage.json", "stage.png", "mine", "", ".", "..", "/dev/null", "/dev/zero",
+                     "input.json", "inputs/x.json", "file.txt/x.json", "a/b/new.json", "x" * 256 + ".json",
+                     "é.json", "nl\nname.json"])
+FILE_NAMES = st.one_of(_GARDEN_NAMES, _GARDEN_NAMES, _GARDEN_NAMES, st.text(string.ascii_letters + string.digits + "./_- é\n", min_size=1, max_size=12))
+#: the files write_output may replace in the garden: those STAGE wrote (its mark first)
+STAGES = {"stage.json"}
+
+
+def output_garden(folder):
+    """A user's folder for single files: theirs, STAGE's, a set, a FIFO, a socket, links, inputs."""
+    garden(folder)
+    os.mkfifo(folder / "fifo")
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(folder / "sock"))
+    (folder / "stage.json").write_text(__import__("json").dumps(stage_mark()) + "\n")
+    (folder / "stage.png").write_bytes(b"\x89PNG\r\n\x1a\n not ours")
+    (folder / "input.json").write_text('{"a profile": 1}')
+    (folder / "inputs").mkdir()
+    return sock
+
+
+@settings(settings.get_profile(PROFILE))
+@given(name=FILE_NAMES, force=st.booleans(), inside=st.sampled_from(["", "", "", "", "mine", "empty"]))
+def test_any_output_file(name, force, inside, a_set, tmp_path_factory):
+    root = tmp_path_factory.mktemp("files")
+    sock = output_garden(root)
+    shutil.copytree(a_set, root / "set")
+    here = root / inside
+    os.chdir(here)
+    try:
+        before = snapshot(root)
+        content = '{"stage_version": "0", "new": true}\n'
+        try:
+            write_output(name, content, "--timeline", inputs=[root / "input.json", root / "inputs"], force=force)
+            status = 0
+        except StageError as exc:
+            status = exc.exit_status
+            assert "\n" not in str(exc).strip() or "\n" in name, str(exc)  # (the CLI escapes a name's)
+        after = snapshot(root)
+        target = os.path.realpath(os.path.join(here, name)) if name else ""
+        rel = os.path.relpath(target, root) if target.startswith(str(root) + os.sep) else None
+        changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
+        if status:
+            assert after == before, changed  # refused: nothing written, no temporary file
+            STATS["files refused"] += 1
+            return
+        if rel is None:  # written outside the garden (../x)
+            assert after == before
+            os.unlink(target)
+            STATS["files written"] += 1
+            return
+        made_parents = {k for k in changed if k not in before and rel.startswith(k + os.sep)}
+        assert changed - made_parents == {rel}, changed  # only the target, and new parent folders
+        assert after[rel] == content.encode()
+        replaced = rel in before
+        foreign = replaced and rel not in STAGES
+        assert not foreign or force, rel  # a user's file only with --force
+        assert not rel.startswith("set" + os.sep) and rel != "input.json" and not rel.startswith("inputs")
+        STATS["files replaced (foreign, with --force)" if foreign else
+              "files replaced (STAGE's)" if replaced else "files written"] += 1
+        STATS["foreign files replaced without --force"] += 0
+    finally:
+        sock.close()
         os.chdir(tmp_path_factory.getbasetemp())
         shutil.rmtree(root, ignore_errors=True)

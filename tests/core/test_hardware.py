@@ -64,13 +64,24 @@ def test_hardware_files_round_trip(tmp_path):
     hardware.save(HW, path)
     assert hardware.load(path) == HW
     assert hardware.resolve(fresh_host(), str(path)) == HW
+    assert path.read_text().startswith('{\n  "stage_version": ')  # the mark that lets a rerun replace it
+    hardware.save(HW, path)  # (so it may: STAGE wrote it)
 
 
 @pytest.mark.parametrize("change,message", [
     (lambda d: d["gpu"].pop("hbm_gbps"), "missing key 'hbm_gbps'"),
-    (lambda d: d["gpu"].update(sm_count=-1), "gpu.sm_count: -1 is not a positive number"),
+    (lambda d: d["gpu"].update(sm_count=-1), "gpu.sm_count: -1 is not a positive finite number"),
     (lambda d: d["scale_up"].update(speed=1), "unknown key 'speed'"),
-    (lambda d: d["gpu"]["parameters"].update(eff="fast"), "gpu.parameters.eff 'fast' is not a number"),
+    (lambda d: d["gpu"]["parameters"].update(eff="fast"), "gpu.parameters.eff 'fast' is not a finite number"),
+    # what stage calibrate used to write, and --gpu FILE then crashed on (issue 26)
+    (lambda d: d["gpu"]["parameters"].update(launch_us=float("nan")), "launch_us nan is not a finite number"),
+    (lambda d: d["gpu"]["parameters"].update(launch_us=float("inf")), "launch_us inf is not a finite number"),
+    (lambda d: d["gpu"]["parameters"].update(gemm_k_half=-3.5), "gemm_k_half -3.5 is not a finite number of 0"),
+    (lambda d: d["gpu"]["parameters"].update(gemm_efficiency=12816.0),
+     r"gemm_efficiency 12816.0 is not a share of the datasheet's figure \(above 0, at most 1\)"),
+    (lambda d: d["gpu"].update(parameters=[1, 2]), "gpu.parameters must be an object"),
+    (lambda d: d["gpu"].update(vector_tflops=float("inf")), "gpu.vector_tflops: inf is not a positive finite"),
+    (lambda d: d["scale_out"].update(efficiency=1.5), r"scale_out.efficiency 1.5 is above 1"),
 ])
 def test_a_bad_hardware_file_is_one_line(tmp_path, change, message):
     data = hardware.to_dict(HW)

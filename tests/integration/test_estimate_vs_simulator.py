@@ -82,6 +82,9 @@ PLANS = [
     "--model llama3-8b --set layers=2 --tp 2 --dp 8 --zero 3 --micro-batches 2 --seq-len 1024",
     "--model mixtral-8x7b --set layers=2 --tp 2 --ep 4 --dp 4 --sp --micro-batches 2 --seq-len 1024",
     "--model llama3-8b --set layers=2 --tp 2 --cp 2 --dp 2 --pp 2 --micro-batches 4 --seq-len 2048",
+    # Mamba-2 and a hybrid, interleaved on pp2 (issue 26: estimate crashed, 'NPUs 0 and 0 are one NPU')
+    "--model mamba2-tiny --pp 2 --schedule interleaved --virtual-stages 2 --micro-batches 4",
+    "--model hybrid-tiny --pp 2 --schedule interleaved --virtual-stages 2 --micro-batches 4",
 ]
 
 

@@ -1,7 +1,8 @@
 """ASTRA-sim aborts (EventQueue assertion, status -6) when a node finishes in 0 ns at
 time 0.  Only a roofline run can meet it: a rank's first kernel under 1 ns (a tiny
-embedding gather).  `stage generate` warns, `stage astrasim` refuses in one line, and
-the simulator run by hand confirms the abort; timed with --gpu, the same set finishes."""
+embedding gather).  `stage generate` warns, `stage validate` says the simulator aborts (exit 1), `stage astrasim`
+refuses in one line, and the simulator run by hand confirms the abort; timed with --gpu, the
+same set finishes and validates."""
 
 import subprocess
 
@@ -21,6 +22,11 @@ def test_a_zero_time_first_kernel_is_warned_refused_and_really_aborts(run_stage,
     # the embedding gather reads one token's row: 1 x 256 x 2 bytes plus its 8-byte id
     assert "first kernel of ranks 0-1 (mb0.fwd.embed, 520 bytes)" in made.stderr
     assert "a100, h100" in made.stderr
+    # validate agrees with the warning and with the simulator below (it said "every rank finishes")
+    checked = run_stage("validate", out)
+    assert checked.returncode == 1 and checked.stdout == "" and checked.stderr.count("\n") == 1
+    assert (f"{out}: 2 ranks, valid; but ASTRA-sim aborts at its first tick on the roofline of a100, h100: the "
+            f"first kernel of ranks 0-1, node 0 (mb0.fwd.embed, 1 FLOPs, 520 bytes), takes under 1 ns") in checked.stderr
 
     refused = run_stage("astrasim", out, "--astra-sim", ASTRA_SIM)
     assert refused.returncode == 1
@@ -43,5 +49,7 @@ def test_timed_the_same_set_finishes(run_stage, tmp_path, simulate):
     out = tmp_path / "timed"
     made = run_stage("generate", *DECODE, "--gpu", "h100", "-o", out)
     assert made.returncode == 0 and "warning" not in made.stderr
+    checked = run_stage("validate", out)
+    assert checked.returncode == 0 and "every rank finishes in ASTRA-sim" in checked.stdout
     status, results = simulate(out)
     assert status == 0 and results["summary"]["finished_ranks"] == 2

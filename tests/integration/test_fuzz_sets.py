@@ -10,6 +10,17 @@
   fields nothing can check are counted apart: the manifest's model, plan, memory and
   other descriptive fields (nothing in the files says them), and groups no node names.
 
+Grown in issue 26:
+
+* damage also deletes manifest.json (a set STAGE wrote needs it: refused by default) and
+  reorders a group's members (the ring order is part of the cost: refused);
+* random plans (models of every family, tasks, degrees, schedules, timed or not) through
+  `stage generate` and `stage validate`, and, where ``ASTRA_SIM_BIN`` is set, through the
+  real simulator: validate's verdict (finishes, never finishes, aborts at the first tick)
+  must be what the simulator does, on every plan;
+* the plugin commands' inputs: sweep specs (TOML), search flags, calibrate profiles,
+  `stage astrasim --timeline` paths: never a traceback, one line, nothing foreign replaced.
+
 The CI profile runs a fixed budget of derandomized examples; ``HYPOTHESIS_PROFILE=long``
 runs ten times more at random.  Counts per category are printed after the run.
 """
@@ -19,7 +30,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
+import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -164,7 +177,8 @@ def used_groups(folder: Path) -> set[str]:
 
 
 KINDS = ["truncate", "flip", "flip", "drop file", "empty file", "duplicate record", "drop record",
-         "swap records", "swap files", "edit comm_groups.json", "edit manifest.json", "edit manifest.json"]
+         "swap records", "swap files", "edit comm_groups.json", "edit manifest.json", "edit manifest.json",
+         "delete manifest.json", "reorder a group"]
 
 
 def damage(draw, folder: Path, used: set[str]) -> tuple[str, bool]:
@@ -195,6 +209,16 @@ def damage(draw, folder: Path, used: set[str]) -> tuple[str, bool]:
             if data[a:b] == data[c:d]:
                 return kind + " (identical)", False
             path.write_bytes(data[:a] + data[c:d] + data[a:b] + data[d:])
+    elif kind == "delete manifest.json":  # its traces say STAGE wrote it: refused by default
+        (folder / "manifest.json").unlink()
+    elif kind == "reorder a group":
+        groups = json.loads((folder / "comm_groups.json").read_text())
+        name = draw(st.sampled_from(sorted(groups)))
+        order = draw(st.permutations(groups[name]))
+        if list(order) == list(groups[name]):
+            return kind + " (same order)", False
+        groups[name] = list(order)
+        (folder / "comm_groups.json").write_text(json.dumps(groups))
     elif kind == "swap files":
         other = draw(st.sampled_from(files))
         if other.read_bytes() == data:
@@ -248,5 +272,309 @@ def test_any_damage_to_a_set(label, sets, host, tmp_path_factory, capsys):
             assert not lines[0].startswith("stage: error") or len(lines) == 1, err  # a read error: one line
         STATS[f"{category}: {'refused' if status else 'passed'}"] += 1
         shutil.rmtree(folder.parent, ignore_errors=True)
+
+    check()
+
+
+# --------------------------------------------------------------------------- random plans: validate vs the simulator
+
+ASTRA_SIM = os.environ.get("ASTRA_SIM_BIN")
+FINISHED = re.compile(r"sys\[(\d+)\] finished")
+
+
+@st.composite
+def plans(draw):
+    model = draw(st.sampled_from(["gpt-tiny", "llama-tiny", "moe-tiny", "gemma-tiny", "mamba2-tiny", "hybrid-tiny"]))
+    task = draw(st.sampled_from(["train", "train", "prefill", "decode"]))
+    argv = ["--model", model, "--task", task]
+    for flag, values in (("--tp", [1, 2]), ("--pp", [1, 2]), ("--dp", [1, 2, 4]), ("--micro-batches", [1, 2, 4]),
+                         ("--micro-batch-size", [1, 2])):
+        argv += [flag, str(draw(st.sampled_from(values)))]
+    if "moe" in model or "hybrid" in model:
+        argv += ["--ep", str(draw(st.sampled_from([1, 2])))]
+    if draw(st.booleans()):
+        argv += ["--schedule", draw(st.sampled_from(["gpipe", "1f1b", "interleaved"]))]
+        if "interleaved" in argv:
+            argv += ["--virtual-stages", "2"]
+    if task == "train":
+        argv += ["--zero", str(draw(st.sampled_from([0, 1, 3]))),
+                 "--recompute", draw(st.sampled_from(["none", "selective", "full"]))]
+        argv += ["--seq-len", str(draw(st.sampled_from([64, 128])))]
+    elif task == "prefill":
+        argv += ["--seq-len", str(draw(st.sampled_from([16, 64])))]
+    else:
+        argv += ["--context-len", str(draw(st.sampled_from([16, 64])))]
+    if draw(st.booleans()):
+        argv.append("--sp")
+    if draw(st.booleans()):
+        argv += ["--gpu", draw(st.sampled_from(["h100", "a100"]))]
+    return argv
+
+
+def _simulate_by_hand(folder: Path, tmp: Path) -> tuple[int, int]:
+    """(exit status, ranks that printed "finished") of the real simulator on ``folder``, with
+    the configs `stage astrasim` writes (h100, or the hardware the set was timed for)."""
+    from stage_adapter_astrasim.command import run_astrasim
+
+    import io
+
+    run_astrasim(folder, astra_sim=None, env={}, out=io.StringIO(), err=io.StringIO(), validate=False,
+                 breakdown=False)
+    cfg = folder / "astrasim"
+    ran = subprocess.run([ASTRA_SIM, f"--workload-configuration={folder}/trace",
+                          f"--comm-group-configuration={folder}/comm_groups.json",
+                          f"--system-configuration={cfg}/system.json", f"--network-configuration={cfg}/network.yml",
+                          f"--remote-memory-configuration={cfg}/memory.json"],
+                         capture_output=True, text=True, cwd=tmp, timeout=600)
+    return ran.returncode, len(set(FINISHED.findall(ran.stdout)))
+
+
+def test_random_plans_validate_as_the_simulator_runs_them(host, tmp_path_factory, capsys):
+    @budget(3)
+    @given(argv=plans())
+    def check(argv):
+        tmp = tmp_path_factory.mktemp("plan")
+        folder = tmp / "set"
+        status, err = run(host, capsys, "generate", *argv, "-q", "-o", folder)
+        assert "Traceback" not in err
+        if status:
+            assert status in (1, 2) and err.strip().count("\n") == 0, err
+            STATS[f"random plans: refused by generate (exit {status})"] += 1
+            return
+        world = json.loads((folder / "manifest.json").read_text())["world_size"]
+        status, err = run(host, capsys, "validate", folder)
+        assert "Traceback" not in err and status in (0, 1), err
+        said = "finishes" if status == 0 else "aborts at the first tick" if "first tick" in err else "never finishes"
+        assert said != "never finishes", err  # (a STAGE set always finishes: the chain of docs/design.md)
+        if not ASTRA_SIM or world < 2:  # (the analytical network needs two NPUs)
+            STATS[f"random plans: validate says {said} ({'one rank' if ASTRA_SIM else 'no simulator'})"] += 1
+            return
+        code, finished = _simulate_by_hand(folder, tmp)
+        did = "finishes" if code == 0 and finished == world else \
+            "aborts at the first tick" if code == -6 and finished == 0 else f"status {code}, {finished}/{world}"
+        assert did == said, (argv, err, did)
+        STATS[f"random plans: validate and simulator agree, {said}"] += 1
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    check()
+
+
+# --------------------------------------------------------------------------- the plugin commands' inputs
+
+
+def one_line_or_ok(status, err, progress=False):
+    """Exit 0, or 1 or 2 with one line (``progress``: after the lines a command prints on
+    stderr as it works, such as stage search's)."""
+    assert "Traceback" not in err, err
+    if status:
+        lines = err.strip().splitlines()
+        ours = [line for line in lines if line.startswith("stage: ")]
+        assert status in (1, 2) and ours == lines[-1:] and (progress or len(lines) == 1), err
+
+
+def garden_snapshot(folder: Path) -> dict:
+    out = {}
+    for path in sorted(folder.rglob("*")):
+        rel = str(path.relative_to(folder))
+        out[rel] = ("link", os.readlink(path)) if path.is_symlink() else \
+            path.read_bytes() if path.is_file() else path.is_dir()
+    return out
+
+
+def users_garden(folder: Path) -> None:
+    (folder / "mine.csv").write_text("run,loss\n1,0.3\n")
+    (folder / "mine.json").write_text('{"my": "numbers"}')
+    os.mkfifo(folder / "fifo.csv")
+    (folder / "link.json").symlink_to(folder / "mine.json")
+
+
+SPEC_KEYS = ["model", "tp", "dp", "pp", "seq-len", "micro-batches", "zero", "sp", "system", "task", "set",
+             "schedule"] * 3 + ["bogus", "gpu"]
+SPEC_VALUES = st.one_of(st.sampled_from(["gpt-tiny", "llama-tiny", "h100", "a100", "nope", "", "train", "decode",
+                                         "1f1b", "layers=3", "=", True, False, 0, 1, 2, 4, -1, 10**12, 1.5,
+                                         float("nan")]),
+                        st.integers(-3, 8))
+
+
+@st.composite
+def sweep_specs(draw):
+    lines = []
+    measure = draw(st.sampled_from([None, None, "report", "report", "estimate", "nope", 3]))
+    if measure is not None:
+        lines.append(f"measure = {json.dumps(measure)}")
+    base = draw(st.dictionaries(st.sampled_from(SPEC_KEYS), SPEC_VALUES, max_size=3))
+    base.setdefault("model", "gpt-tiny")
+    lines.append("[base]")
+    lines += [f"{json.dumps(k)} = {_toml(v)}" for k, v in base.items()]
+    lines.append("[grid]")
+    if draw(st.integers(0, 9)) == 0:  # a grid far too large to expand
+        lines += [f'"{k}" = {list(range(1, 101))}' for k in ("dp", "tp", "pp", "seq-len", "micro-batches")]
+    else:
+        grid = draw(st.dictionaries(st.sampled_from(SPEC_KEYS), st.lists(SPEC_VALUES, max_size=2), max_size=2))
+        lines += [f"{json.dumps(k)} = [{', '.join(map(_toml, v))}]" for k, v in grid.items()]
+    if draw(st.integers(0, 19)) == 0:
+        lines.append(draw(st.sampled_from(["[grid", "x = ", "[[grid]]\ntp = [1]", "bogus = 1", "\xff"])))
+    return "\n".join(lines) + "\n"
+
+
+def _toml(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float) and v != v:
+        return "nan"
+    return json.dumps(v)
+
+
+def test_any_sweep_spec(host, tmp_path_factory, capsys):
+    @budget()
+    @given(text=sweep_specs(), out=st.sampled_from(["t.csv", "t.json", "t.csv", "t.json", "sub/t.csv", "t.xlsx",
+                                                    "mine.csv", "mine.json", "fifo.csv", "link.json", "spec.toml",
+                                                    "mine.csv/t.csv"]))
+    def check(text, out):
+        root = tmp_path_factory.mktemp("sweep")
+        users_garden(root)
+        (root / "spec.toml").write_text(text)
+        before = garden_snapshot(root)
+        status, err = run(host, capsys, "sweep", root / "spec.toml", "-o", root / out, "--workers", "1",
+                          "--cache", root / ".cache")
+        one_line_or_ok(status, err)
+        after = {k: v for k, v in garden_snapshot(root).items() if not k.startswith(".cache")}
+        changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
+        assert changed <= ({out, "sub"} if status == 0 else set()), changed  # no foreign path replaced
+        assert not (out in before and status == 0), out  # every file there is the user's: no --force, no write
+        STATS[f"sweep specs: exit {status}"] += 1
+        shutil.rmtree(root, ignore_errors=True)
+
+    check()
+
+
+SEARCH_FLAGS = ["--gpus", "--gpu-memory", "--global-batch", "--seq-len", "--tp", "--pp", "--max-pp",
+                "--micro-batch-size", "--top", "--candidates", "--zero", "--task", "--gpu"]
+SEARCH_VALUES = st.one_of(st.sampled_from(["0", "-1", "1", "2", "8", "nan", "inf", "-inf", "1e9", "1000000007",
+                                           "", "x", "decode", "train", "h100", "a100", "nope"]),
+                          st.integers(-2, 64).map(str))
+
+
+def test_any_search_flags(host, tmp_path_factory, capsys):
+    profile = settings.get_profile(PROFILE)
+
+    @settings(profile, max_examples=max(10, profile.max_examples // 2))  # (a search that runs takes seconds)
+    @given(flags=st.lists(st.sampled_from(SEARCH_FLAGS), max_size=3, unique=True), data=st.data())
+    def check(flags, data):
+        argv = ["search", "--model", "gpt-tiny", "--no-simulate", "--tp", "1", "--micro-batch-size", "1",
+                "--zero", "0", "--recompute", "none", "--top", "1", "--candidates", "1", "--gpus", "8"]
+        for flag in flags:
+            argv += [flag, data.draw(SEARCH_VALUES)]
+        status, err = run(host, capsys, *argv)
+        one_line_or_ok(status, err, progress=True)
+        STATS[f"search flags: exit {status}"] += 1
+
+    check()
+
+
+KINETO_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**6), st.floats(allow_nan=True),
+                          st.text(max_size=4), st.lists(st.integers(-2, 4096), max_size=3),
+                          st.lists(st.lists(st.integers(-2, 4096), max_size=3), max_size=3))
+BF16 = "c10::BFloat16"
+
+
+def _operator(ext, name, dims, micros):
+    """An operator and its kernel, as torch.profiler writes them."""
+    return [{"ph": "X", "cat": "cpu_op", "name": name, "args": {"External id": ext, "Input Dims": dims,
+                                                                "Input type": [BF16] * len(dims)}},
+            {"ph": "X", "cat": "kernel", "name": "k_" + name, "dur": micros, "args": {"External id": ext}}]
+
+
+def _plausible_profile() -> list[dict]:
+    """GEMMs and elementwise kernels timed by the a100 preset's own calibrated model: what a
+    fit on --gpu a100 takes (and gives back)."""
+    from stage_hardware import kineto
+    from stage_hardware.compute import calibrated_time
+    from stage_hardware.presets import PRESETS
+
+    gpu = next(p for p in PRESETS if p.name == "a100").gpu
+    events, ext = [], 0
+    shapes = [("aten::mm", [[m, k], [k, n]]) for m, k, n in ((512, 1024, 4096), (2048, 4096, 1024),
+                                                            (8192, 8192, 8192), (1024, 256, 2048), (4096, 64, 4096))]
+    shapes += [("aten::gelu", [[size]]) for size in (1 << 16, 1 << 20, 1 << 24)]
+    for name, dims in shapes:
+        ext += 1
+        kernel = kineto._operator_kernel(name, {"Input Dims": dims, "Input type": [BF16] * len(dims)})
+        events += _operator(ext, name, dims, calibrated_time(kernel, gpu) * 1e6)
+    return events
+
+
+@st.composite
+def kineto_events(draw):
+    events = _plausible_profile() if draw(st.sampled_from([True, True, True, False])) else []
+    for _ in range(draw(st.integers(0, 3))):  # damage: a field changed, an event added or dropped
+        action = draw(st.sampled_from(["field", "field", "args", "drop", "add"]))
+        if action == "add" or not events:
+            events.append({"ph": draw(st.sampled_from(["X", "B", 1])), "cat": draw(st.sampled_from(
+                ["kernel", "cpu_op", "cuda_runtime", "Kernel"])), "name": draw(st.sampled_from(
+                    ["aten::mm", "aten::_flash_attention_forward", "nccl_x", ""])),
+                "dur": draw(KINETO_VALUES), "args": draw(st.one_of(KINETO_VALUES, st.dictionaries(
+                    st.sampled_from(["External id", "correlation", "Input Dims", "Input type"]), KINETO_VALUES,
+                    max_size=3)))})
+            continue
+        i = draw(st.integers(0, len(events) - 1))
+        if action == "drop":
+            events.pop(i)
+        elif action == "args" and isinstance(events[i].get("args"), dict):
+            events[i]["args"][draw(st.sampled_from(["External id", "Input Dims", "Input type", "correlation"]))] = \
+                draw(KINETO_VALUES)
+        else:
+            events[i][draw(st.sampled_from(["dur", "ph", "cat", "name", "args"]))] = draw(KINETO_VALUES)
+    return events
+
+
+def test_any_calibrate_profile(host, tmp_path_factory, capsys):
+    @budget()
+    @given(events=kineto_events(), wrap=st.sampled_from(["object", "list", "gzip", "garbage"]))
+    def check(events, wrap):
+        root = tmp_path_factory.mktemp("calibrate")
+        doc = json.dumps({"traceEvents": events} if wrap != "list" else events)
+        data = {"gzip": lambda t: __import__("gzip").compress(t.encode()), "garbage": lambda t: b"\x1f\x8b" + b"x" * 9
+                }.get(wrap, str.encode)(doc)
+        (root / "p.json").write_bytes(data)
+        status, err = run(host, capsys, "calibrate", root / "p.json", "--gpu", "a100", "-o", root / "o.json")
+        one_line_or_ok(status, err)
+        if status == 0:  # what --gpu FILE then reads: within physical bounds, no crash
+            assert run(host, capsys, "report", "--model", "gpt-tiny", "--gpu", root / "o.json")[0] == 0
+        else:
+            assert not (root / "o.json").exists()
+        assert (root / "p.json").read_bytes() == data
+        STATS[f"calibrate profiles: exit {status}"] += 1
+        shutil.rmtree(root, ignore_errors=True)
+
+    check()
+
+
+def test_any_timeline_path(host, sets, tmp_path_factory, capsys):
+    @budget()
+    @given(name=st.sampled_from(["t.json", "mine.json", "fifo.csv", "link.json", "set/trace.0.et", "set/new.json",
+                                 "set/astrasim/t.json", "/dev/null", "", "sub/t.json", "mine.json/t.json",
+                                 "t.png", "spec.toml"]),
+           force=st.booleans(), plot=st.booleans())
+    def check(name, force, plot):
+        root = tmp_path_factory.mktemp("timeline")
+        users_garden(root)
+        shutil.copytree(sets["gpt-tiny pp2 dp2"], root / "set")
+        before = garden_snapshot(root)
+        flag = "--plot" if plot and name.endswith(".png") else "--timeline"
+        argv = ["astrasim", root / "set", flag, name if name.startswith("/") or not name else root / name]
+        if ASTRA_SIM:
+            argv += ["--astra-sim", ASTRA_SIM]
+        status, err = run(host, capsys, *argv, *(["--force"] if force else []))
+        one_line_or_ok(status, err)
+        after = garden_snapshot(root)
+        changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)
+                   and not k.startswith("set/astrasim")}
+        allowed = {name, "sub"} if status == 0 and not name.startswith("set") else set()
+        if not force:
+            allowed -= {"mine.json"}
+        assert changed <= allowed, (changed, err)  # nothing foreign replaced, a set's file never
+        STATS[f"timeline paths: {'written' if changed else 'refused' if status else 'unchanged'}"] += 1
+        shutil.rmtree(root, ignore_errors=True)
 
     check()

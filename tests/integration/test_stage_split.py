@@ -29,3 +29,16 @@ def test_deepseek_v3_61_layers_split_over_16_stages_by_compute(host):
     # 61 layers + embedding + head = 63 layer-equivalents: 16 chunks of at most 4
     assert len(split) == 16 and sum(split) == 61 and min(split) >= 1
     assert split[0] + 1 <= 4 and split[-1] + 1 <= 4 and max(split) == 4
+
+
+def test_a_decode_step_of_moe_layers_splits_too(host):
+    # issue 26: one token's rows per expert (b*k*s/E = 2/4) were a ValueError; 2 layers on pp2
+    # can only split 1, 1, and the layers of one kind weigh alike
+    from stage_core.flow import plan_job
+    from stage_core.tasks import inference_graph
+
+    spec, config = resolve_model(host, "moe-tiny")
+    w = layer_weights(inference_graph(spec.build(config), "decode"), Plan(task="decode", seq_len=1, context_len=64))
+    assert len(w) == 2 and w[0] == w[1] > 0
+    result = plan_job(host, "moe-tiny", {}, Plan(task="decode", pp=2, stage_layers="auto", context_len=64))
+    assert result.manifest["plan"]["stage_layers"] == [1, 1]

@@ -14,8 +14,9 @@ import sys
 from pathlib import Path
 from typing import Mapping, TextIO
 
-from stage_core.api import (PluginHost, StageError, TraceError, UsageError, hardware, read_trace_set, validate_trace_set
-                            as validate_set)
+from stage_core.api import (PluginHost, StageError, TraceError, UsageError, check_output_file, hardware, read_trace_set,
+                            stage_mark, write_output)
+from stage_core.api import validate_trace_set as validate_set
 
 from . import files, parser, report, runner, steptime, timeline
 from .configs import DEFAULT_PRESET, MEMORY_FILE, NETWORK_FILE, SYSTEM_FILE, build_configs
@@ -54,6 +55,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "a track per stream; open it in ui.perfetto.dev)")
     p.add_argument("--plot", metavar="FILE.png",
                    help="draw the same timeline with matplotlib (pip install 'stage-adapter-astrasim[plot]')")
+    p.add_argument("--force", action="store_true",
+                   help="replace the --timeline or --plot file even if STAGE did not write it (never a device, "
+                        "a link or a file of a trace set)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     return run_astrasim(args.dir, astra_sim=args.astra_sim, system=args.system,
                         network=args.network, as_json=args.json,
                         host=getattr(args, "stage_host", None), validate=args.validate,
-                        timeline_file=args.timeline, plot_file=args.plot)
+                        timeline_file=args.timeline, plot_file=args.plot, force=args.force)
 
 
 def run_astrasim(trace_dir: str | Path, *, astra_sim: str | None = None,
@@ -71,7 +75,7 @@ def run_astrasim(trace_dir: str | Path, *, astra_sim: str | None = None,
                  env: Mapping[str, str] | None = None,
                  host: PluginHost | None = None, validate: bool = True,
                  timeline_file: str | None = None, plot_file: str | None = None,
-                 breakdown: bool = True) -> int:
+                 breakdown: bool = True, force: bool = False) -> int:
     """The command.  Returns 0, or 1 when ranks deadlocked or the simulator failed.
 
     Presets are the hardware records of ``host``'s plugins (default: every installed
@@ -103,6 +107,11 @@ def run_astrasim(trace_dir: str | Path, *, astra_sim: str | None = None,
         system = system or timed_hw.name
     if plot_file:
         _check_plot_available()
+    # the files the user names follow the core's output rule, checked before the run
+    rule = dict(inputs=[traces.root], force=force)
+    for flag, path in (("--timeline", timeline_file), ("--plot", plot_file)):
+        if path:
+            check_output_file(path, flag, **rule)
     binary = runner.find_binary(astra_sim, env)  # fail on a bad binary before writing
     if validate:
         check_set(host, traces.root)
@@ -150,10 +159,11 @@ def run_astrasim(trace_dir: str | Path, *, astra_sim: str | None = None,
     files.write_file(work / RESULTS_FILE, json.dumps(results, indent=2) + "\n")
     drawn = [(timeline.class_label(i, rc["ranks"], report.rank_ranges), rc["ranks"][0], shown[rc["ranks"][0]])
              for i, rc in enumerate(classes) if rc["ranks"][0] in shown]
-    if timeline_file:
-        files.write_file(Path(timeline_file), json.dumps(timeline.trace_events(drawn)) + "\n")
+    if timeline_file:  # (otherData first: the mark that lets a rerun replace it)
+        events = {"otherData": stage_mark(), **timeline.trace_events(drawn)}
+        write_output(timeline_file, json.dumps(events) + "\n", "--timeline", **rule)
     if plot_file:
-        timeline.plot(drawn, Path(plot_file), title=_title(traces.manifest, traces.root.name))
+        timeline.plot(drawn, Path(plot_file), title=_title(traces.manifest, traces.root.name), **rule)
 
     if as_json:
         out.write(json.dumps(results, indent=2) + "\n")
@@ -277,8 +287,7 @@ def simulate(directory: Path, hw=None, host: PluginHost | None = None) -> dict:
         system = hw.name if hw in host.hardware() else None
         if system is None:
             system = str(Path(directory) / OUT_DIR / "hardware.json")
-            Path(system).parent.mkdir(exist_ok=True)
-            hardware.save(hw, Path(system))
+            hardware.save(hw, Path(system), "--system", within_set=True, force=True)
     out, err = io.StringIO(), io.StringIO()
     status = run_astrasim(directory, system=system, as_json=True, out=out, err=err, host=host, validate=False,
                           breakdown=False)

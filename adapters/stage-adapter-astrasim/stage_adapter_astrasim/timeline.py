@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from stage_core.api import png_metadata, write_output
+
 LOG_FILE = "timeline.log"
 LOGGING_FILE = "logging.toml"
 
@@ -141,8 +143,9 @@ def trace_events(classes: Sequence[tuple[str, int, Sequence[Span]]]) -> dict:
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
-def plot(classes: Sequence[tuple[str, int, Sequence[Span]]], path: Path, title: str = "") -> None:
-    """The same timeline as a PNG (matplotlib, the adapter's ``plot`` extra)."""
+def plot(classes: Sequence[tuple[str, int, Sequence[Span]]], path: Path, title: str = "", **rule) -> None:
+    """The same timeline as a PNG (matplotlib, the adapter's ``plot`` extra), written by the
+    core's output rule (``rule``: :func:`stage_core.api.write_output`'s ``inputs`` and ``force``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -161,8 +164,11 @@ def plot(classes: Sequence[tuple[str, int, Sequence[Span]]], path: Path, title: 
     ax.set_title(title, fontsize=9)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        write_output(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png", metadata=png_metadata()), "--plot",
+                     **rule)
+    finally:
+        plt.close(fig)
 
 
 def class_label(index: int, ranks: Sequence[int], rank_ranges) -> str:

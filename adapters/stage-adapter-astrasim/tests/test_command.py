@@ -235,3 +235,40 @@ def test_the_simulator_record_says_why_it_cannot_run_and_runs_a_set(make_trace_s
     got = simulate(make_trace_set(8), None, host=host)
     assert (got["step_time_s"], got["finished"]) == (207_616_180e-9, True)
     assert got["results"]["summary"]["deadlocked_ranks"] == []
+
+
+# --------------------------------------------------------------------------- issue 26: the output rule
+
+
+@pytest.mark.parametrize("where,needle", [
+    (lambda root, tmp: "/dev/null", "is a character device"),  # as root it replaced /dev/null
+    (lambda root, tmp: os.mkfifo(tmp / "fifo.json") or tmp / "fifo.json", "is a FIFO"),
+    (lambda root, tmp: (tmp / "link.json").symlink_to(tmp / "x") or tmp / "link.json", "is a symbolic link"),
+    (lambda root, tmp: root / "trace.3.et", "which this command reads"),  # a trace of the set it runs
+    (lambda root, tmp: root / "astrasim" / "t.json", "which this command reads"),
+])
+def test_a_timeline_never_replaces_what_is_not_stages(make_trace_set, fake_simulator, sample_stdout, tmp_path,
+                                                      where, needle):
+    root = make_trace_set(8)
+    binary = fake_simulator(sample_stdout)
+    target = where(root, tmp_path)
+    with pytest.raises(UsageError, match=needle):
+        _run(root, astra_sim=str(binary), timeline_file=str(target), force=True, validate=False)
+    assert not (root / "astrasim").exists()  # refused before the run: the simulator never ran
+    assert (root / "trace.3.et").read_bytes() == b""
+
+
+def test_a_users_file_needs_force_and_a_timeline_of_stages_does_not(make_trace_set, fake_simulator,
+                                                                    sample_stdout, tmp_path):
+    root = make_trace_set(8)
+    binary = fake_simulator(sample_stdout)
+    mine = tmp_path / "timeline.json"
+    mine.write_text('{"traceEvents": [], "mine": true}')
+    with pytest.raises(UsageError, match="exists and STAGE did not write it; give another name, or --force"):
+        _run(root, astra_sim=str(binary), timeline_file=str(mine), validate=False)
+    assert json.loads(mine.read_text())["mine"]
+    assert _run(root, astra_sim=str(binary), timeline_file=str(mine), validate=False, force=True)[0] == 0
+    doc = json.loads(mine.read_text())
+    assert list(doc)[0] == "otherData" and doc["otherData"]["stage_version"]  # the mark, first
+    assert _run(root, astra_sim=str(binary), timeline_file=str(mine), validate=False)[0] == 0  # STAGE's now
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary file

@@ -9,12 +9,12 @@ from stage_core.api import ProgramNode, TraceJob
 
 from . import wire
 from .attrs import Slot
-from .schema import ET_VERSION
+from .schema import ET_VERSION, GENERATOR, GENERATOR_ATTR
 from .writer import write_job
 
 FORMAT_ID = "chakra-et-0.0.4"
 SUFFIX = "et"
-HEADER = wire.frame(wire.metadata(ET_VERSION))
+HEADER = wire.frame(wire.metadata(ET_VERSION, [(GENERATOR_ATTR, "string_val", GENERATOR)]))
 
 
 def _head(node: ProgramNode) -> bytes:

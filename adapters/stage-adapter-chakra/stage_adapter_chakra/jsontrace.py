@@ -29,7 +29,8 @@ from .writer import write_job
 
 FORMAT_ID = "chakra-json-0.0.4"
 SUFFIX = "json"
-HEADER = '{"metadata": {"version": %s},\n"nodes": [\n' % json.dumps(schema.ET_VERSION)
+HEADER = '{"metadata": {"version": %s, "attr": [{"name": %s, "stringVal": %s}]},\n"nodes": [\n' % (
+    json.dumps(schema.ET_VERSION), json.dumps(schema.GENERATOR_ATTR), json.dumps(schema.GENERATOR))
 FOOTER = "\n]}\n"
 
 _ATTR_JSON = {f.name: f.json_name for f in schema.AttributeProto.DESCRIPTOR.fields}

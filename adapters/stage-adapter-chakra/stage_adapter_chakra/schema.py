@@ -8,6 +8,8 @@ protobuf runtime.  Works on protobuf 4.21 and newer without warnings.
 
 from __future__ import annotations
 
+from stage_core import __version__ as stage_version
+
 from importlib import resources
 
 from google.protobuf import descriptor_pool, message_factory
@@ -17,6 +19,11 @@ from . import protoparse
 PACKAGE = "ChakraProtoMsg"
 #: the ``version`` STAGE writes into every trace's GlobalMetadata
 ET_VERSION = "0.0.4"
+#: the GlobalMetadata attribute naming the program that wrote a trace: STAGE writes
+#: ``"stage <version>"`` (the reader gives it as TraceSet.metadata["generator"], so a set
+#: STAGE wrote is known as one with its manifest.json gone)
+GENERATOR_ATTR = "generator"
+GENERATOR = f"stage {stage_version}"
 
 
 def _serialized_schema() -> bytes:

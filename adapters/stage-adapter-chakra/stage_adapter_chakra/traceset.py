@@ -16,15 +16,17 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from stage_core.api import TraceNode, TraceSet, UsageError, parse_ranks
+from stage_core.api import TraceNode, TraceSet, UsageError, parse_ranks, read_input
 
 from .errors import ChakraReadError
-from .schema import ET_VERSION
+from .schema import ET_VERSION, GENERATOR_ATTR
 from .writer import PREFIX
 
 _RANK_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>0|[1-9][0-9]*)\.(?P<suffix>[A-Za-z]+)$")
 
 Decoder = Callable[[Path], tuple[dict[str, Any], list[TraceNode]]]
+#: the largest comm_groups.json or manifest.json read (a 2**20-rank set's are some 10 MB)
+MAX_JSON_BYTES = 1 << 28
 
 
 def _scan(directory: Path, suffix: str, first: bool = False) -> dict[str, dict[int, Path]]:
@@ -76,9 +78,9 @@ def _one_prefix(directory: Path, suffix: str) -> tuple[str, dict[int, Path]]:
 def read_json(path: Path) -> Any:
     """The JSON document at ``path``; ChakraReadError (naming it) for anything else."""
     try:
-        text = path.read_bytes()
-    except OSError as exc:
-        raise ChakraReadError(f"cannot read it ({exc.strerror or exc})", path=path) from None
+        text = read_input(path, path.name, MAX_JSON_BYTES)  # a regular file, bounded (a FIFO would block)
+    except UsageError as exc:
+        raise ChakraReadError(str(exc).removeprefix(f"{path.name}: "), path=path) from None
     try:
         return json.loads(text.decode("utf-8"))
     except UnicodeDecodeError as exc:
@@ -87,6 +89,8 @@ def read_json(path: Path) -> Any:
         raise ChakraReadError(f"not JSON ({exc})", path=path) from None
     except RecursionError:
         raise ChakraReadError("not JSON STAGE reads (nested too deep)", path=path) from None
+    except ValueError as exc:  # a number of too many digits
+        raise ChakraReadError(f"not JSON STAGE reads ({exc})", path=path) from None
 
 
 def manifest_world(directory: Path) -> int | None:
@@ -147,6 +151,12 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _generator(header: dict[str, Any]) -> str:
+    """Who wrote the set, as its first file's GlobalMetadata says ("stage <version>"), or ""."""
+    found = (header.get("attrs") or {}).get(GENERATOR_ATTR)
+    return found[1] if isinstance(found, tuple) and len(found) == 2 and isinstance(found[1], str) else ""
+
+
 def _check_world(directory: Path, prefix: str, suffix: str, by_rank: dict[int, Path], world: int) -> None:
     """The files must be those of ranks 0..world-1, the manifest's world."""
     missing = sorted(set(range(world)) - set(by_rank))
@@ -194,6 +204,7 @@ def open_set(directory: Path, suffix: str, decode: Decoder,
     # every file of a set has one version: a STAGE set (with a manifest) the one STAGE
     # writes, another the first file's
     expected = ET_VERSION if (directory / "manifest.json").exists() else header["version"]
+    generator = _generator(header)
 
     def iter_ranks() -> Iterator[tuple[int, list[TraceNode]]]:
         many = None if files_reader is None else files_reader(files)
@@ -212,12 +223,16 @@ def open_set(directory: Path, suffix: str, decode: Decoder,
             if meta["version"] != expected:
                 raise ChakraReadError(f"GlobalMetadata version {meta['version']!r}, but the set's is {expected!r}",
                                       path=path, rank=rank, offset=0)
+            if _generator(meta) != generator:  # (one program wrote every file of a set)
+                raise ChakraReadError(f"GlobalMetadata generator {_generator(meta)!r}, but the set's is "
+                                      f"{generator!r}", path=path, rank=rank, offset=0)
             yield rank, nodes
 
     return TraceSet(
         world_size=world,
         comm_groups=comm_groups(directory),
         iter_ranks=iter_ranks,
-        metadata={"format": format_id, "prefix": prefix, "version": header["version"]},
+        metadata={"format": format_id, "prefix": prefix, "version": header["version"],
+                  "generator": generator},
         ranks=ranks,
     )

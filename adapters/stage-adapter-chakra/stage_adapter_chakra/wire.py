@@ -100,14 +100,13 @@ _NODE_ID, _NODE_NAME, _NODE_TYPE = _key(1, 0), _key(2, 2), _key(3, 0)
 _NODE_CTRL, _NODE_DATA, _NODE_ATTR = _key(4, 2), _key(5, 2), _key(10, 2)
 _NODE_DURATION = _key(7, 0)
 _ATTR_NAME = _key(1, 2)
-_META_VERSION = _key(1, 2)
+_META_VERSION, _META_ATTR = _key(1, 2), _key(2, 2)
 
 
 # ---------------------------------------------------------------- messages
 
 
-def attribute(name: str, kind: str, value: Any) -> bytes:
-    """One ``Node.attr`` entry, field key and length included."""
+def _attribute_body(name: str, kind: str, value: Any) -> bytes:
     try:
         value_key, encode = ATTR_VALUE[kind]
     except KeyError:
@@ -115,7 +114,12 @@ def attribute(name: str, kind: str, value: Any) -> bytes:
     body = value_key + encode(value)
     if name:
         body = _ATTR_NAME + _string(name) + body
-    return _len_field(_NODE_ATTR, body)
+    return body
+
+
+def attribute(name: str, kind: str, value: Any) -> bytes:
+    """One ``Node.attr`` entry, field key and length included."""
+    return _len_field(_NODE_ATTR, _attribute_body(name, kind, value))
 
 
 def _packed(field_key: bytes, values: Iterable[int]) -> bytes:
@@ -141,9 +145,11 @@ def node_head(node_id: int, name: str, node_type: int,
     return b"".join(parts)
 
 
-def metadata(version: str) -> bytes:
-    """A GlobalMetadata message body with ``version`` set."""
-    return _META_VERSION + _string(version) if version else b""
+def metadata(version: str, attrs: Iterable[tuple[str, str, Any]] = ()) -> bytes:
+    """A GlobalMetadata message body with ``version`` set and ``attrs`` ((name, kind,
+    value) each) as its attributes."""
+    body = _META_VERSION + _string(version) if version else b""
+    return body + b"".join(_len_field(_META_ATTR, _attribute_body(*a)) for a in attrs)
 
 
 def frame(body: bytes) -> bytes:

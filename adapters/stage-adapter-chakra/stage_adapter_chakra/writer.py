@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
-from stage_core.api import TraceJob
+from stage_core.api import TraceJob, die_with_parent
 
 from .attrs import resolve
 from .errors import ChakraWriteError
@@ -120,7 +120,9 @@ def _write_file(path: Path, data: bytes) -> None:
 
 def _worker_signals() -> None:
     # the parent decides on an interrupt and ends the workers; a handler it installed
-    # (cleaning up the output folder, say) must not run in them
+    # (cleaning up the output folder, say) must not run in them; a killed parent takes
+    # them with it (no worker goes on writing into a folder nobody will move into place)
+    die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for name in ("SIGTERM", "SIGHUP"):
         if hasattr(signal, name):

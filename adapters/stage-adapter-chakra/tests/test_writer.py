@@ -6,6 +6,7 @@ import json
 import os
 
 import pytest
+from stage_core import __version__ as stage_version
 from stage_core.api import NodeType, ProgramNode, RankProgram, TraceJob
 
 from stage_adapter_chakra import ChakraReadError, ChakraWriteError, et, etread, schema, wire
@@ -119,7 +120,9 @@ def test_deterministic(make_job_fn, tmp_path):
 
 def _protobuf_file(job, rank) -> bytes:
     """The same rank's file built with protobuf messages, the slow obvious way."""
-    out = [wire.frame(schema.GlobalMetadata(version="0.0.4").SerializeToString())]
+    meta = schema.GlobalMetadata(version="0.0.4")
+    meta.attr.add(name="generator", string_val=f"stage {stage_version}")  # who wrote it (validate reads it)
+    out = [wire.frame(meta.SerializeToString())]
     for node in _program_of(job, rank).nodes:
         msg = schema.Node(id=node.id, name=node.name, type=int(node.type),
                           ctrl_deps=node.ctrl_deps, data_deps=node.data_deps,

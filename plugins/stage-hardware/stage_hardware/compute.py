@@ -181,6 +181,41 @@ def fit(samples: Sequence[tuple[Kernel, float]], gpu: GpuSpec, rounds: int = 20)
     return params
 
 
+def fitted_by(samples: Sequence[tuple[Kernel, float]], gpu: GpuSpec, params: Mapping[str, float]
+              ) -> dict[str, dict[str, int]]:
+    """Which kernels determine each parameter :func:`fit` returned: {parameter: {kernel
+    class: count}}, each kernel counted under the roof the fitted model bounds it by
+    (``hbm_efficiency``: the memory-bound ones, GEMMs the fit moved there included;
+    ``launch_us``: every kernel).  What a refusal of an impossible parameter names."""
+    full = {**gpu.parameters, **params}
+    out: dict[str, dict[str, int]] = {}
+
+    def count(name: str, cls: str) -> None:
+        if name in params:
+            out.setdefault(name, {})
+            out[name][cls] = out[name].get(cls, 0) + 1
+
+    for k, t in samples:
+        if not t > 0:
+            continue
+        cls, c1, c2, mem = _parts(k, gpu)
+        label = {"gemm": "gemm", "flash_fwd": "flash_attention", "flash_bwd": "flash_attention_bwd"}.get(
+            cls, "memory-bound")
+        count("launch_us", label)
+        try:
+            memory_bound = cls == "memory" or mem / full["hbm_efficiency"] > _compute(cls, c1, c2, full)
+        except (KeyError, ZeroDivisionError, ValueError):
+            memory_bound = cls == "memory"
+        if memory_bound:
+            count("hbm_efficiency", label)
+        elif cls == "gemm":
+            count("gemm_efficiency", label)
+            count("gemm_k_half", label)
+        else:
+            count(f"{cls}_efficiency", label)
+    return out
+
+
 ROOFLINE = ComputeModelSpec(
     name="roofline", time=roofline_time,
     description="ASTRA-sim's roofline: max(FLOPs / datasheet peak, bytes / datasheet HBM bandwidth)")

@@ -21,13 +21,15 @@ not compute and are left out.
 from __future__ import annotations
 
 import gzip
+import io
 import json
+import math
 from dataclasses import dataclass, field
 from math import prod
 from pathlib import Path
 from typing import Any, Iterable
 
-from stage_core.api import Kernel, UsageError, kernel
+from stage_core.api import Kernel, UsageError, kernel, read_input
 
 DTYPE_BYTES = {"c10::BFloat16": 2, "c10::Half": 2, "float": 4, "double": 8, "long int": 8, "int": 4,
                "bool": 1, "unsigned char": 1, "signed char": 1, "short int": 2, "c10::Float8_e4m3fn": 1,
@@ -51,16 +53,23 @@ class Profile:
         return sum(t for _, t in self.samples)
 
 
+#: the largest profile read (its JSON, after gzip): a long training step's trace is
+#: hundreds of MB
+MAX_PROFILE_BYTES = 4 << 30
+
+
 def load_events(path: Path) -> list[dict]:
+    raw = read_input(path, str(path), MAX_PROFILE_BYTES)  # a regular file (a FIFO would block)
     try:
-        raw = Path(path).read_bytes()
         if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
+            with gzip.GzipFile(fileobj=io.BytesIO(raw)) as unzipped:
+                raw = unzipped.read(MAX_PROFILE_BYTES + 1)
+            if len(raw) > MAX_PROFILE_BYTES:
+                raise UsageError(f"{path}: unpacks to more than {MAX_PROFILE_BYTES:,} bytes")
         doc = json.loads(raw)
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    except (ValueError, EOFError) as exc:
-        raise UsageError(f"{path}: not a PyTorch profiler trace (not JSON: {exc})") from None
+    except (ValueError, EOFError, OSError, RecursionError) as exc:
+        why = "nested too deep" if isinstance(exc, RecursionError) else exc
+        raise UsageError(f"{path}: not a PyTorch profiler trace (not JSON: {why})") from None
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc
     if not isinstance(events, list):
         raise UsageError(f"{path}: not a PyTorch profiler trace (no traceEvents list)")
@@ -68,15 +77,30 @@ def load_events(path: Path) -> list[dict]:
 
 
 def _dims(args: dict, i: int) -> list[int]:
-    return [int(x) for x in args["Input Dims"][i]]
+    dims = args["Input Dims"][i]
+    if not isinstance(dims, list) or not all(_size(x) for x in dims):
+        raise ValueError(f"input {i}: {dims!r} is not a list of sizes")
+    return dims
+
+
+def _size(x: Any) -> bool:
+    return type(x) is int and 0 <= x < 1 << 40
+
+
+def _key(value: Any) -> Any:
+    """An id of the profile (External id, correlation), or None for a value that cannot be one."""
+    return value if type(value) in (int, str) else None
 
 
 def _operator_kernel(name: str, args: dict) -> Kernel | None:
     """The Kernel of an ATen operator call from its recorded input shapes, or None."""
+    if not isinstance(args, dict):
+        return None
     dims = args.get("Input Dims")
     types = args.get("Input type", [])
-    if not isinstance(dims, list) or not dims:
+    if not isinstance(dims, list) or not dims or not isinstance(types, list):
         return None
+    types = [t if isinstance(t, str) else "" for t in types]
     first = next((t for t, d in zip(types, dims) if d), "")
     dtype = DTYPE_NAMES.get(first, "bf16")
     item = DTYPE_BYTES.get(first, 2)
@@ -110,7 +134,9 @@ def _operator_kernel(name: str, args: dict) -> Kernel | None:
                           flops=flops, matmul_flops=flops, nbytes=nbytes)
     except (ValueError, IndexError, TypeError):
         return None
-    sizes = [prod(int(x) for x in d) * DTYPE_BYTES.get(t, 0) for d, t in zip(dims, types) if d]
+    if not all(isinstance(d, list) and all(map(_size, d)) for d in dims):
+        return None
+    sizes = [prod(d) * DTYPE_BYTES.get(t, 0) for d, t in zip(dims, types) if d]
     if not sizes:
         return None
     nbytes = sum(sizes) + max(sizes)  # the inputs, and an output as large as the largest
@@ -138,29 +164,37 @@ def read(path: Path) -> Profile:
     for e in events:
         if e.get("ph") != "X":
             continue
-        cat, args = e.get("cat", ""), e.get("args") or {}
-        if cat in ("cpu_op", "Operator") and "External id" in args:
+        cat, args = e.get("cat", ""), e.get("args")
+        args = args if isinstance(args, dict) else {}
+        if cat in ("cpu_op", "Operator") and _key(args.get("External id")) is not None:
             ops[args["External id"]] = e
-        elif cat in ("cuda_runtime", "Runtime") and "correlation" in args and "External id" in args:
+        elif cat in ("cuda_runtime", "Runtime") and _key(args.get("correlation")) is not None \
+                and _key(args.get("External id")) is not None:
             runtime[args["correlation"]] = args["External id"]
         elif cat in ("kernel", "Kernel"):
             kernels.append(e)
     per_op: dict[Any, float] = {}
     out = Profile()
     for e in kernels:
-        name, seconds = str(e.get("name", "")), float(e.get("dur", 0)) * 1e-6
+        name, dur = str(e.get("name", "")), e.get("dur", 0)
+        if isinstance(dur, bool) or not isinstance(dur, (int, float)) or not 0 <= dur < math.inf:
+            raise UsageError(f"{path}: kernel {name[:60]!r} at ts {e.get('ts')!r}: dur {dur!r} is not a "
+                             f"duration (microseconds, a finite number of 0 or more)")
+        seconds = dur * 1e-6
         if _is_communication(name):
             continue
         out.kernel_seconds += seconds
-        args = e.get("args") or {}
-        ext = args.get("External id", runtime.get(args.get("correlation")))
+        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        ext = _key(args.get("External id"))
+        if ext is None:
+            ext = runtime.get(_key(args.get("correlation")))
         if ext in ops:
             per_op[ext] = per_op.get(ext, 0.0) + seconds
         else:
             out.unmapped[name] = out.unmapped.get(name, 0.0) + seconds
     for ext, seconds in per_op.items():
         op = ops[ext]
-        k = _operator_kernel(str(op.get("name", "")), op.get("args") or {})
+        k = _operator_kernel(str(op.get("name", "")), op.get("args"))
         if k is None:
             out.unmapped[str(op.get("name"))] = out.unmapped.get(str(op.get("name")), 0.0) + seconds
         else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import zlib
 
 import pytest
@@ -129,3 +130,109 @@ def test_a_file_that_is_not_a_profile_is_one_line(host, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not a PyTorch profiler trace" in err
     assert not (tmp_path / "o.json").exists()
+
+
+# --------------------------------------------------------------------------- issue 26
+
+
+def calibrate(host, capsys, profile, out, *more):
+    status = main(["calibrate", str(profile), "--gpu", "a100", "-o", str(out), *more], host=host)
+    return status, capsys.readouterr().err
+
+
+def test_the_profile_it_reads_is_never_its_output(host, tmp_path, capsys):
+    # `stage calibrate -o X X` overwrote the profile, often a user's only copy of a measurement
+    synthetic_profile(tmp_path / "step.json")
+    before = (tmp_path / "step.json").read_bytes()
+    for more in ((), ("--force",)):
+        status, err = calibrate(host, capsys, tmp_path / "step.json", tmp_path / "step.json", *more)
+        assert status == 2 and err.count("\n") == 1 and "which this command reads" in err, err
+    assert (tmp_path / "step.json").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step.json"]
+
+
+def test_a_users_file_needs_force_a_device_never(host, tmp_path, capsys):
+    synthetic_profile(tmp_path / "step.json")
+    mine = tmp_path / "mine.json"
+    mine.write_text('{"my": "notes"}')
+    status, err = calibrate(host, capsys, tmp_path / "step.json", mine)
+    assert status == 2 and "exists and STAGE did not write it; give another name, or --force" in err
+    assert mine.read_text() == '{"my": "notes"}'
+    assert calibrate(host, capsys, tmp_path / "step.json", mine, "--force")[0] == 0
+    assert calibrate(host, capsys, tmp_path / "step.json", mine)[0] == 0  # now a file STAGE wrote
+    status, err = calibrate(host, capsys, tmp_path / "step.json", "/dev/null", "--force")
+    assert status == 2 and "is a character device" in err
+
+
+def _scaled_profile(path, factor, kernel_names):
+    """The synthetic profile with the durations of the named kernels divided by ``factor``."""
+    synthetic_profile(path)
+    doc = json.loads(path.read_text())
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "kernel" and e["name"] in kernel_names:
+            e["dur"] /= factor
+    path.write_text(json.dumps(doc))
+
+
+GEMM_KERNELS = {"sm80_xmma_gemm_bf16bf16", "ampere_bf16_s16816gemm"}
+
+
+def test_parameters_beyond_the_datasheet_are_refused_naming_the_kernels(host, tmp_path, capsys):
+    # GEMMs that took half the time the GPU (gemm_efficiency 0.72) can: 1.44 of the peak
+    _scaled_profile(tmp_path / "fast.json", 2, GEMM_KERNELS)
+    status, err = calibrate(host, capsys, tmp_path / "fast.json", tmp_path / "o.json")
+    assert status == 2 and err.count("\n") == 1, err
+    # (0.72 x 2 = 1.44; the GEMMs the fitted model bounds by compute: at most the 17 there are)
+    found = re.search(r"the (\d+) gemm kernels give gemm_efficiency = 1\.4\d*, which is not a share of the "
+                      r"datasheet's figure \(above 0, at most 1\) \(beyond the a100's 312 TFLOP/s bf16 peak\)", err)
+    assert found and 1 <= int(found[1]) <= 17, err
+    assert "Nothing was written" in err and not (tmp_path / "o.json").exists()
+    # 20,000 times faster: the fit puts the GEMMs on the memory roof, thousands of times the HBM
+    # bandwidth, and the profile's 8 elementwise kernels (4 sizes of gelu and layer norm) with them
+    _scaled_profile(tmp_path / "faster.json", 20_000, GEMM_KERNELS)
+    status, err = calibrate(host, capsys, tmp_path / "faster.json", tmp_path / "o.json")
+    found = re.search(r"the 8 memory-bound kernels give hbm_efficiency = ([0-9.e+]+), which", err)
+    assert status == 2 and found and float(found[1]) > 1000, err
+    assert "beyond the a100's 2039 GB/s HBM bandwidth" in err and not (tmp_path / "o.json").exists()
+
+
+def test_a_nan_from_the_fit_is_refused_naming_the_kernels(host, tmp_path, capsys):
+    # memory-bound kernels that take less time the more bytes they move: the fit's slope is
+    # negative, so 1 / slope (hbm_efficiency) was written as NaN
+    t = Trace()
+    for n, micros in ((1 << 16, 900.0), (1 << 20, 600.0), (1 << 24, 300.0), (1 << 26, 10.0)):
+        t.op("aten::gelu", [[n]], [BF16], [("vectorized_elementwise_kernel", micros)])
+    t.write(tmp_path / "odd.json")
+    status, err = calibrate(host, capsys, tmp_path / "odd.json", tmp_path / "o.json")
+    assert status == 2 and err.count("\n") == 1, err
+    assert "the 4 memory-bound kernels give hbm_efficiency = nan, which is not a finite number" in err
+    assert not (tmp_path / "o.json").exists()
+
+
+@pytest.mark.parametrize("event,needle", [
+    ({"ph": "X", "cat": "kernel", "name": "k", "dur": "abc", "args": {}}, "dur 'abc' is not a duration"),
+    ({"ph": "X", "cat": "kernel", "name": "k", "dur": float("nan"), "args": {}}, "dur nan is not a duration"),
+    ({"ph": "X", "cat": "kernel", "name": "k", "dur": -5, "args": {}}, "dur -5 is not a duration"),
+])
+def test_a_malformed_kernel_event_is_one_line(host, tmp_path, capsys, event, needle):
+    (tmp_path / "p.json").write_text(json.dumps({"traceEvents": [event]}))
+    status, err = calibrate(host, capsys, tmp_path / "p.json", tmp_path / "o.json")
+    assert status == 2 and err.count("\n") == 1 and needle in err, err
+
+
+def test_malformed_operator_events_are_left_out(tmp_path):
+    # ids that are lists, args that are not objects, shapes of strings: tracebacks before
+    t = Trace()
+    t.op("aten::mm", [[512, 1024], [1024, 4096]], [BF16, BF16], [("gemm", 100.0)])
+    t.events += [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "args": {"External id": [1], "Input Dims": [[2, 2]]}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "args": [1, 2]},
+        {"ph": "X", "cat": "kernel", "name": "k2", "dur": 7.0, "args": "nope"},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "args": {"External id": 77, "Input Dims": [["a"], [2]],
+                                                                  "Input type": [BF16, {"x": 1}]}},
+        {"ph": "X", "cat": "kernel", "name": "k3", "dur": 2.0, "args": {"External id": 77}},
+    ]
+    t.write(tmp_path / "p.json")
+    found = kineto.read(tmp_path / "p.json")
+    assert kineto.classes(found.samples) == {"gemm": 1}
+    assert found.unmapped == {"k2": pytest.approx(7e-6), "aten::add": pytest.approx(2e-6)}

@@ -19,8 +19,13 @@ from stage_core.api import balanced_split, flops_by_layer
 
 
 def layer_weights(graph, plan) -> list[int]:
-    """Forward + backward FLOPs of each transformer layer of the training ``graph``, in order."""
+    """The FLOPs of each transformer layer of the task's ``graph`` in one step, in order:
+    forward + backward in training, forward over the cache in prefill and decode (whose
+    kernels also read ``ctx``, the tokens attended to: decode's --context-len, prefill's
+    prompt)."""
     values = dict(graph.dims)
-    values.update(b=1, s=plan.seq_len)
+    # b scales every layer alike; a decode step's single token needs b = E for whole rows per expert
+    b = int(values.get("E", 1)) if plan.seq_len == 1 else 1
+    values.update(b=b, s=plan.seq_len, ctx=plan.context_len or plan.seq_len)
     per_layer = flops_by_layer(graph, values)
     return [per_layer[layer] for layer in sorted(per_layer)]

@@ -43,6 +43,16 @@ def test_auto_on_the_toy_gives_megatrons_split(host):
                       LAYER_PARAMS + FINAL_NORM_PARAMS + EMBED_PARAMS]  # the tied table on the last stage too
 
 
+@pytest.mark.parametrize("task,lengths", [("decode", {"context_len": 64}), ("prefill", {"seq_len": 32})])
+def test_auto_for_inference_tasks_gives_megatrons_split_too(host, task, lengths):
+    # issue 26: decode's kernels read ctx (the tokens attended to), which the weights left
+    # unbound: a KeyError from the pp strategy; the layers weigh alike, so the split is the
+    # training one above, 1, 2, 2, 1
+    result = plan_job(host, "toy", {"layers": "6"}, Plan(pp=4, micro_batches=4, stage_layers="auto", task=task,
+                                                        **lengths))
+    assert result.manifest["plan"]["stage_layers"] == [1, 2, 2, 1]
+
+
 def test_given_split_moves_memory_flops_and_the_tied_group(traces, host):
     m = 4
     result, ts, ranks = traces(Plan(pp=3, micro_batches=m, stage_layers=(2, 2, 1)), overrides={"layers": "5"})

@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
+import math
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from stage_core.api import Plan, PluginHost, UsageError, hardware, plan_from_settings, plan_job, resolve_model
+from stage_core.api import (MAX_WORLD, Plan, PluginHost, UsageError, check_output_file, hardware, plan_from_settings,
+                            plan_job, png_metadata, resolve_model, scratch_folder, write_output)
 
 from . import probe
 from .estimate import estimate_job
@@ -73,6 +73,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     g.add_argument("--json", action="store_true", help="print the full table as JSON")
     g.add_argument("--plot", metavar="FILE.png", help="step time against memory, the Pareto front marked "
                                                       "(pip install 'stage-search[plot]')")
+    g.add_argument("--force", action="store_true", help="replace the --plot file even if STAGE did not write it")
 
 
 @dataclass
@@ -146,32 +147,50 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(result["text"])
     if args.plot:
-        plot(result["entries"], Path(args.plot), result["title"])
+        plot(result["entries"], Path(args.plot), result["title"], force=args.force)
     return 0
+
+
+#: flags that count something: given, each must be 1 or more (0 is never "the default")
+_COUNTS = ("gpus", "global_batch", "seq_len", "tp", "cp", "pp", "ep", "max_pp", "micro_batch_size", "top",
+           "candidates", "simulate_max_nodes")
+
+
+def check_arguments(args) -> None:
+    """Refuse, before any work, a flag given a value that means nothing: a count of 0 or
+    less, a memory size that is not a positive finite number, more GPUs than STAGE lays out."""
+    for name in _COUNTS:
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} {value}: must be 1 or more")
+    if args.gpus > MAX_WORLD:
+        raise UsageError(f"--gpus {args.gpus:,}: above the {MAX_WORLD:,} ranks STAGE lays out")
+    if args.gpu_memory is not None and not 0 < args.gpu_memory < math.inf:
+        raise UsageError(f"--gpu-memory {args.gpu_memory:g}: must be a positive number of GB (e.g. 80)")
 
 
 def search(host: PluginHost, args, err=None) -> dict:
     err = err or sys.stderr
     say = (lambda text: print(text, file=err, flush=True))
     t0 = time.perf_counter()
-    if args.gpus < 1:
-        raise UsageError(f"--gpus {args.gpus}: must be a positive integer")
-    if args.top < 1:
-        raise UsageError(f"--top {args.top}: must be 1 or more")
+    check_arguments(args)
     if args.plot:
         _check_plot()
+        check_output_file(args.plot, "--plot", force=getattr(args, "force", False))  # before the work
     overrides = _overrides(args.set)
     spec, config = resolve_model(host, args.model, overrides)
     reference = _reference(host, args)
     gpu_name = args.gpu or (reference.gpu if reference and reference.gpu else None) or DEFAULT_GPU
     hw = hardware.resolve(host, gpu_name)
-    capacity = int(args.gpu_memory * 1e9) if args.gpu_memory else int(hw.gpu.memory_gib * 2**30)
+    capacity = int(args.gpu_memory * 1e9) if args.gpu_memory is not None else int(hw.gpu.memory_gib * 2**30)
     if capacity <= 0:
         raise UsageError(f"--gpu {hw.name} gives no memory size; give --gpu-memory GB")
-    seq = args.seq_len or getattr(config, "seq_len", None)
+    seq = args.seq_len if args.seq_len is not None else getattr(config, "seq_len", None)
     if not seq:
         raise UsageError(f"model {config.name} has no default sequence length; give --seq-len")
-    batch = args.global_batch or _default_batch(host, config.name, args.gpus) or args.gpus
+    batch = args.global_batch
+    if batch is None:
+        batch = _default_batch(host, config.name, args.gpus) or args.gpus
     forward = spec.build(config)
     if not probe.uniform_layers(forward):
         raise UsageError(f"--model {args.model}: stage search measures one kind of layer; {config.name}'s layers "
@@ -384,8 +403,7 @@ def _simulate(host, args, entries: list[Entry], hw, say) -> dict:
         if nodes > args.simulate_max_nodes:
             e.notes.append(f"not simulated: {nodes:,} nodes > --simulate-max-nodes {args.simulate_max_nodes:,}")
             continue
-        tmp = Path(tempfile.mkdtemp(prefix="stage-search-"))
-        try:
+        with scratch_folder("search") as tmp:  # (a killed search's folder goes at the next one)
             from stage_core.api import write_trace_set
 
             result = plan_job(host, args.model, _overrides(args.set), e.plan, hw)
@@ -398,8 +416,6 @@ def _simulate(host, args, entries: list[Entry], hw, say) -> dict:
                     f"({time.perf_counter() - started:.0f} s)")
             else:
                 e.notes.append("the simulator did not finish every rank")
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
     return {"ran": True, "simulator": sim.name}
 
 
@@ -465,7 +481,7 @@ def pareto(points: list[tuple[float, float]]) -> list[int]:
     return front
 
 
-def plot(entries: list[Entry], path: Path, title: str) -> None:
+def plot(entries: list[Entry], path: Path, title: str, force: bool = False) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -484,7 +500,8 @@ def plot(entries: list[Entry], path: Path, title: str) -> None:
     ax.set_title(title, fontsize=9)
     ax.legend()
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(path)
+    try:
+        write_output(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png", metadata=png_metadata()), "--plot",
+                     force=force)
+    finally:
+        plt.close(fig)

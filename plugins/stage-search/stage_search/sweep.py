@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from stage_core.api import UnitCache, UsageError, code_versions, grid, setting_names, unit_id
@@ -38,6 +39,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache", default=".stage-sweep", metavar="DIR",
                    help="finished units, by content (default ./.stage-sweep)")
     p.add_argument("--fresh", action="store_true", help="evaluate every point again, ignoring the cache")
+    p.add_argument("--force", action="store_true",
+                   help="replace -o FILE even if no sweep wrote it (never a device, a link or the spec)")
 
 
 def plan_units(sweep: grid.Sweep) -> list[dict]:
@@ -48,16 +51,17 @@ def plan_units(sweep: grid.Sweep) -> list[dict]:
 
 def run(args: argparse.Namespace) -> int:
     return run_sweep(Path(args.spec), Path(args.output), executor=args.executor, workers=args.workers,
-                     address=args.address, cache=Path(args.cache), fresh=args.fresh)
+                     address=args.address, cache=Path(args.cache), fresh=args.fresh, force=args.force)
 
 
 def run_sweep(spec_path: Path, output: Path, *, executor: str = "local", workers: int | None = None,
               address: str | None = None, cache: Path = Path(".stage-sweep"), fresh: bool = False,
-              err=None) -> int:
+              force: bool = False, err=None) -> int:
     err = err or sys.stderr
     if workers is not None and workers < 1:
         raise UsageError(f"--workers {workers}: must be 1 or more")
-    table.check_path(output)
+    rule = dict(inputs=[spec_path], force=force)
+    table.check_path(output, **rule)  # before any work
     sweep = grid.load(spec_path, plan_flag_names(), units.MEASURES)
     runner = units._host().executor(executor)
     store = UnitCache(cache)
@@ -72,19 +76,21 @@ def run_sweep(spec_path: Path, output: Path, *, executor: str = "local", workers
     todo = [i for i in range(len(ids)) if i not in rows]
     print(f"{len(ids)} points: {len(ids) - len(todo)} cached, {len(todo)} to evaluate on {executor}", file=err)
     start = time.perf_counter()
-    options = {"workers": workers, "address": address}
+    # never more processes than points to evaluate
+    options = {"workers": None if workers is None else min(workers, max(1, len(todo))), "address": address}
     for k, row in runner.run(units.evaluate, [todo_units[i] for i in todo], options):
         i = todo[k]
         rows[i] = row
-        store.write_json(ids[i], {"unit": todo_units[i], "row": row})
+        if row.get("status") != "failed":  # (a failed point is tried again by the next run)
+            store.write_json(ids[i], {"unit": todo_units[i], "row": row})
     table_rows = []
     for i, point in enumerate(sweep.points):
         table_rows.append({"unit": ids[i][:16], **point.as_dict(), **rows[i]})
-    table.write(output, ("unit", *sweep.keys, *units.COLUMNS[sweep.measure]), table_rows)
-    invalid = sum(1 for r in table_rows if r["status"] == "invalid")
-    other = sum(1 for r in table_rows if r["status"] not in ("ok", "invalid"))
-    print(f"wrote {output}: {len(table_rows)} rows ({len(table_rows) - invalid - other} ok, {invalid} invalid plans"
-          + (f", {other} not simulated" if other else "") + f") in {time.perf_counter() - start:.2f} s", file=err)
+    table.write(output, ("unit", *sweep.keys, *units.COLUMNS[sweep.measure]), table_rows, **rule)
+    counts = Counter(r["status"] for r in table_rows)
+    others = "".join(f", {n} {status}" for status, n in sorted(counts.items()) if status not in ("ok", "invalid"))
+    print(f"wrote {output}: {len(table_rows)} rows ({counts['ok']} ok, {counts['invalid']} invalid plans{others}) "
+          f"in {time.perf_counter() - start:.2f} s", file=err)
     return 0
 
 

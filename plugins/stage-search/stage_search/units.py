@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from stage_core.api import UsageError
+from stage_core.api import StageError, UsageError, scratch_folder
 
 #: what a point can compute: the report's costs; the step time estimated on a GPU (the
 #: replay of ``stage estimate``); the step time in a simulator of ``stage_simulators``
@@ -37,7 +37,22 @@ def _host():
 
 
 def evaluate(unit: dict[str, Any]) -> dict[str, Any]:
-    """The row of one unit.  A plan the core refuses is a row with status "invalid"."""
+    """The row of one unit, whatever happens to it: a plan the core refuses is a row with
+    status "invalid"; a point that fails on the way (a plugin's fault, a set the
+    validator refuses, a bug) one with status "failed" and the reason, so the sweep goes
+    on with its other points."""
+    try:
+        return _evaluate(unit)
+    except UsageError as exc:
+        return {"status": "invalid", "error": str(exc)}
+    except StageError as exc:
+        return {"status": "failed", "error": str(exc)}
+    except Exception as exc:  # a bug: one point's row says so, the others still run
+        return {"status": "failed", "error": f"{type(exc).__name__}: {exc} (a bug in STAGE or a plugin; "
+                                             f"stage report with this point's flags shows where)"}
+
+
+def _evaluate(unit: dict[str, Any]) -> dict[str, Any]:
     from stage_core.api import hardware
     from stage_core.api import plan_job
     from stage_core.api import plan_from_flags
@@ -70,10 +85,6 @@ def evaluate(unit: dict[str, Any]) -> dict[str, Any]:
 
 def _simulated(result, hw) -> dict[str, Any]:
     """The simulator's step of ``result``'s set, written to a temporary folder."""
-    import shutil
-    import tempfile
-    from pathlib import Path
-
     from stage_core.api import write_trace_set
 
     host = _host()
@@ -84,14 +95,12 @@ def _simulated(result, hw) -> dict[str, Any]:
     reason = simulator.available()
     if reason:
         return {"status": "not simulated", "error": f"{simulator.name}: {reason}"}
-    tmp = Path(tempfile.mkdtemp(prefix="stage-sweep-"))
-    try:
-        write_trace_set(host, result, tmp / "set")
-        got = simulator.simulate(tmp / "set", hw)
-    except UsageError as exc:  # a set this simulator cannot take (one rank, say): a row, not the sweep's end
-        return {"status": "not simulated", "error": f"{simulator.name}: {exc}"}
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with scratch_folder("sweep") as tmp:  # (a killed sweep's folder goes at the next one)
+        try:
+            write_trace_set(host, result, tmp / "set")
+            got = simulator.simulate(tmp / "set", hw)
+        except UsageError as exc:  # a set this simulator cannot take (one rank, say): a row, not the sweep's end
+            return {"status": "not simulated", "error": f"{simulator.name}: {exc}"}
     return {"simulated_step_time_s": got["step_time_s"], "finished": bool(got["finished"])}
 
 
