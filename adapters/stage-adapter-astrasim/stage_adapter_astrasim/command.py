@@ -86,7 +86,7 @@ def run_astrasim(trace_dir: str | Path, *, astra_sim: str | None = None,
 
     Per rank class it reports the step time, model TFLOP/s per GPU and MFU, and
     compute, exposed communication and bubble from the simulator's per-node log (one
-    rank per class; the log is asked for when it stays under ``LOG_AUTO_LIMIT`` bytes,
+    rank per class; the log is asked for when it stays under ``simulate.LOG_AUTO_LIMIT`` bytes,
     or always with ``timeline_file`` / ``plot_file``; never with ``breakdown=False``).
 
     Raises :class:`stage_core.errors.UsageError` for a bad DIR, preset, file, world
