@@ -43,11 +43,14 @@ MATRIX = [
 ]
 
 
-def _run(out, backend, binary, validate=True):
+def _run(out, backend, binary, validate=True, **options):
+    """`stage astrasim` on ``out``: (exit status, results, stderr).  The hand-made sets below
+    carry no rank classes in their manifest, so they run with ``validate=False``."""
     from stage_adapter_astrasim.command import run_astrasim
 
     text, err = io.StringIO(), io.StringIO()
-    status = run_astrasim(out, astra_sim=binary, backend=backend, as_json=True, out=text, err=err, validate=validate)
+    status = run_astrasim(out, astra_sim=binary, backend=backend, as_json=True, out=text, err=err, validate=validate,
+                          **options)
     return status, json.loads(text.getvalue()), err.getvalue()
 
 
@@ -99,3 +102,138 @@ def test_a_set_broken_on_purpose_stops_the_ranks_the_replay_names(host, tmp_path
         1, "time_limit", stuck, [])
     assert "error: htsim stopped at its limit of 4 s of simulated time with ranks 0 unfinished (1 of 2)" in err
     assert "either the step takes longer, or these ranks wait forever" in err
+
+
+# --------------------------------------------------------------------------- htsim's limits, each one line
+
+
+def _one_node_set(host, out, programs, world=2):
+    """A set of hand-made programs (``programs[r]`` for rank r) on one group of every rank."""
+    from stage_core.flow import comm_groups_json
+    from stage_core.trace import RankProgram, TraceJob
+
+    job = TraceJob(programs=[RankProgram((r,), tuple(p)) for r, p in enumerate(programs)], world_size=world,
+                   comm_groups={"1": list(range(world))}, group_name=lambda r, key: "1",
+                   peer_rank=lambda r, key: 1 - r)
+    out.mkdir()
+    host.backend("chakra").write(job, out)
+    (out / "comm_groups.json").write_text(comm_groups_json(job.comm_groups))
+    (out / "manifest.json").write_text(json.dumps({"world_size": world, "format": "chakra-et-0.0.4"}))
+    return out
+
+
+def _kernel(i, flops, deps=()):
+    from stage_core.trace import NodeType, ProgramNode
+
+    return ProgramNode(i, f"k{i}", NodeType.COMP, tuple(deps), num_ops=flops, tensor_size=10**6)
+
+
+def _allreduce(i, size, deps=()):
+    from stage_core.trace import CollectiveType, NodeType, ProgramNode
+
+    return ProgramNode(i, "ar", NodeType.COMM_COLL, tuple(deps), comm_type=CollectiveType.ALL_REDUCE,
+                       comm_size=size, group="g")
+
+
+def test_messages_over_htsims_int_are_refused_before_the_run(host, tmp_path):
+    """htsim's frontend holds a message's size in a C int, and TCP adds a 1,500-byte packet:
+    2,147,482,147 bytes at most.  A 3 GiB send is refused, and so is a 20 GiB all-reduce on
+    2 ranks (4 chunks, each sent in halves: 2.5 GiB messages); a 16 GiB all-reduce on 8
+    ranks sends 512 MiB messages and runs."""
+    from stage_core.errors import UsageError
+    from stage_core.trace import NodeType, ProgramNode
+
+    send = [[ProgramNode(0, "send", NodeType.COMM_SEND, comm_size=3 << 30, peer="p", tag=1)],
+            [ProgramNode(0, "recv", NodeType.COMM_RECV, comm_size=3 << 30, peer="p", tag=1)]]
+    out = _one_node_set(host, tmp_path / "send", send)
+    with pytest.raises(UsageError) as refused:
+        _run(out, "htsim", HTSIM, validate=False)
+    assert str(refused.value) == (
+        "htsim cannot run rank 0's node 0 (send): a send handing the network a message of 3,221,225,472 bytes; its "
+        "frontend holds a message's size in a C int, 2,147,482,147 bytes at most (2^31 - 1 less TCP's extra "
+        "packet); use --backend analytical, or smaller micro-batches")
+    assert not (out / "astrasim").exists()
+    out = _one_node_set(host, tmp_path / "ar", [[_allreduce(0, 20 << 30)]] * 2)
+    with pytest.raises(UsageError, match="a collective handing the network a message of 2,684,354,560 bytes"):
+        _run(out, "htsim", HTSIM, validate=False)
+    from stage_adapter_astrasim import simulate
+
+    prep = simulate.prepare(_one_node_set(host, tmp_path / "ar8", [[_allreduce(0, 16 << 30)]] * 8, world=8),
+                            backend="htsim", astra_sim=HTSIM, host=host, validate=False)
+    assert prep.paths.topology.is_file()  # read and checked, written, ready to run
+
+
+def test_a_step_past_htsims_3_s_is_refused_before_the_run_or_fails_as_htsim_does(host, tmp_path):
+    """htsim ends every run at 4 s of simulated time, and a message that starts after about
+    3 s aborts it.  Kernels run one at a time, so a rank whose kernels add up past 3 s is
+    refused before the run.  Under it: a kernel of 2.9 s then a 64 MiB all-reduce finishes
+    (785 us of ring in htsim); a kernel of 2.9995 s then the same all-reduce (its later
+    messages start after 3 s) aborts htsim, reported as a failure with what it means, not
+    as a deadlock."""
+    from stage_core.errors import UsageError
+
+    peak = 989.4e12  # the h100 preset's roofline: a kernel's time is its FLOPs over this
+    out = _one_node_set(host, tmp_path / "long", [[_kernel(0, int(5 * peak)), _allreduce(1, 1 << 16, (0,))]] * 2)
+    with pytest.raises(UsageError) as refused:
+        _run(out, "htsim", HTSIM, validate=False)
+    assert str(refused.value) == (
+        "htsim cannot run a step past 3 s of simulated time (a message that starts later aborts it, and every run "
+        "ends at 4 s), and rank 0's kernels alone take 5.000 s (one at a time); use --backend analytical")
+    out = _one_node_set(host, tmp_path / "under", [[_kernel(0, int(2.9 * peak)), _allreduce(1, 64 << 20, (0,))]] * 2)
+    status, packets, err = _run(out, "htsim", HTSIM, validate=False)
+    assert (status, packets["summary"]["outcome"]) == (0, "finished"), err
+    out = _one_node_set(host, tmp_path / "edge", [[_kernel(0, int(2.9995 * peak)), _allreduce(1, 64 << 20, (0,))]] * 2)
+    status, packets, err = _run(out, "htsim", HTSIM, validate=False)
+    assert (status, packets["summary"]["outcome"], packets["summary"]["deadlocked_ranks"]) == (1, "failed", [])
+    assert ("error: ASTRA-sim (htsim) was killed by SIGABRT with ranks 0-1 unfinished (2 of 2): AstraSim_HTSim: "
+            "eventlist.cpp:69: static void EventList::sourceIsPending(EventSource&, simtime_picosec): Assertion "
+            "`when>=now()' failed. (htsim's TCP retransmission timer scheduled an event in the past; seen after packet "
+            "loss between nodes, and for every message that starts after 3 s of simulated time") in err
+
+
+def test_a_topology_that_does_not_fit_the_world_is_refused_before_the_run(host, tmp_path):
+    from stage_core.errors import UsageError
+
+    out = _one_node_set(host, tmp_path / "set", [[_allreduce(0, 1 << 20)]] * 2)
+    topo = os.path.join(os.path.dirname(HTSIM), "htsim-examples", "switch4_3200g_936ns.topo")
+    with pytest.raises(UsageError) as refused:
+        _run(out, "htsim", HTSIM, validate=False, topology=topo)
+    assert str(refused.value) == (f"--topology {topo}: Nodes 4 but the trace set has world size 2: htsim needs one "
+                                  "host per rank")
+    assert not (out / "astrasim").exists()
+    status, packets, _ = _run(out, "htsim", HTSIM, validate=False, topology=topo.replace("switch4", "switch2"))
+    assert status == 0 and packets["topology"].startswith("file ")
+
+
+def test_across_nodes_the_preset_fat_tree_runs_and_an_abort_is_a_failure(host, tmp_path):
+    """16 ranks of h100: a ToR switch per node, an uplink per GPU to 8 aggregation switches
+    (the .topo by hand: 3,438 Gb/s hosts, 382 Gb/s uplinks, 18 uplinks per aggregation
+    switch in the loader's count).  A 64 KiB send from rank 0 to rank 8 (across nodes)
+    finishes, slower than one inside a node."""
+    from stage_core.trace import NodeType, ProgramNode
+
+    def one_send(name, world, peer):
+        programs = [[_kernel(0, 10**9)] for _ in range(world)]
+        programs[0] = [ProgramNode(0, "send", NodeType.COMM_SEND, comm_size=1 << 16, peer="p", tag=1)]
+        programs[peer] = [ProgramNode(0, "recv", NodeType.COMM_RECV, comm_size=1 << 16, peer="p", tag=1)]
+        from stage_core.flow import comm_groups_json
+        from stage_core.trace import RankProgram, TraceJob
+
+        job = TraceJob(programs=[RankProgram((r,), tuple(p)) for r, p in enumerate(programs)], world_size=world,
+                       comm_groups={"1": list(range(world))}, group_name=lambda r, key: "1",
+                       peer_rank=lambda r, key: peer if r == 0 else 0)
+        out = tmp_path / name
+        out.mkdir()
+        host.backend("chakra").write(job, out)
+        (out / "comm_groups.json").write_text(comm_groups_json(job.comm_groups))
+        (out / "manifest.json").write_text(json.dumps({"world_size": world, "format": "chakra-et-0.0.4"}))
+        status, results, err = _run(out, "htsim", HTSIM, validate=False)
+        assert status == 0, err
+        return out, {r["rank"]: r["finish_time_ns"] for r in results["ranks"]}[peer]
+
+    out, across = one_send("across", 16, 8)
+    topo = (out / "astrasim" / "topology.topo").read_text()
+    assert "Nodes 16\nTiers 2\nPodsize 16\n\nTier 0\nDownlink_speed_Gbps 3438\nRadix_Down 8\nRadix_Up 8\n" in topo
+    assert "Tier 1\nDownlink_speed_Gbps 382\nRadix_Down 18\nDownlink_Latency_ns 2644\n" in topo
+    _, inside = one_send("inside", 8, 1)
+    assert across > inside

@@ -19,8 +19,10 @@ behaviour seen with the binary in the team's shared folder): ``-topo`` must give
 one host per rank; the switch queues are 8 packets of 1,500 bytes, set by the frontend
 (a ``Queue_Up``/``Queue_Down`` line in the file is refused as a duplicate); path
 choice among equal paths is ``rand()`` seeded with ``time(NULL)`` (no seed option); a
-message's size is a C ``int`` and TCP sends one extra 1,500-byte packet per flow;
-simulated time ends at 4 s.
+message's size is a C ``int`` and TCP sends one extra 1,500-byte packet per flow, which
+the frontend also counts as received (a later receive of the same tag, source and
+destination can complete early on those bytes: ``benchmarks/bench_backends.py``);
+simulated time ends at 4 s, and a message that starts after about 3 s aborts the run.
 """
 
 from __future__ import annotations
@@ -169,10 +171,13 @@ def read_topology(path: str, world: int) -> str:
 #: known ways htsim's frontend aborts, and what they mean
 ABORTS = {
     "notify_sender_sending_finished failed": (
-        "htsim's frontend was told twice that one TCP flow finished (a packet resent after the flow's last "
-        f"acknowledgement); packets are lost where flows meet at a switch port ({QUEUE_PACKETS} packets of "
-        "buffer, fixed by ASTRA-sim's frontend), as between nodes"),
-    "when>=now()": "htsim's event list was asked to schedule an event in the past",
+        "htsim's TCP acknowledged one flow's end twice, which ASTRA-sim's frontend does not allow; seen where "
+        f"packets are lost, as between nodes (switch ports buffer {QUEUE_PACKETS} packets, fixed by the frontend), "
+        f"and for a message of exactly {PACKET_BYTES:,} bytes"),
+    "when>=now()": (
+        "htsim's TCP retransmission timer scheduled an event in the past; seen after packet loss between nodes, "
+        "and for every message that starts after 3 s of simulated time (TCP's first retransmission timeout is "
+        "3 s, tcp.cpp)"),
 }
 
 

@@ -47,7 +47,7 @@ def _status_text(code: int) -> str:
 
 
 def classify(returncode: int, unfinished: list[int], world: int, markers: Markers, *, backend: str,
-             validated: bool, time_limit_ns: int | None, stderr_tail: str = "", explanation: str | None = None,
+             validated: bool, stops_at_ns: int | None, stderr_tail: str = "", explanation: str | None = None,
              logs: str = "") -> Outcome:
     """The outcome of a run whose ranks ``unfinished`` printed no ``finished`` line."""
     who = f"ASTRA-sim ({backend})"
@@ -63,8 +63,8 @@ def classify(returncode: int, unfinished: list[int], world: int, markers: Marker
         return Outcome(FAILED, stuck, line + (f"; see {logs}" if logs else ""))
     if not stuck:
         return Outcome(FINISHED, ())
-    if markers.timed_out and time_limit_ns:
-        limit = f"{time_limit_ns / 1e9:g} s"
+    if markers.timed_out and stops_at_ns:
+        limit = f"{stops_at_ns / 1e9:g} s"
         flows = ("" if markers.last_flow_ms is None
                  else f"; its last message ended at {markers.last_flow_ms:,.3f} ms")
         if validated:

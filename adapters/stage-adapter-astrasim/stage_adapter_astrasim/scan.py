@@ -6,8 +6,8 @@ validator walks its ranks, the checks this run needs look at the same nodes:
 * the first kernel of each rank class on a roofline: 0 ns would abort the simulator
   at its first tick (:data:`stage_core.api.hardware.TICK_ZERO`);
 * for htsim, every message's size against the frontend's C ``int``, and each rank's
-  compute (one kernel at a time: a lower bound of its step) against the 4 s of
-  simulated time htsim stops at.
+  compute (one kernel at a time: a lower bound of its step) against the 3 s of
+  simulated time after which htsim cannot run a step.
 
 Without validation the checks read only as far as they need.
 """
@@ -101,8 +101,9 @@ class HtsimLimits:
                     return
         if compute > self.limit:
             self.problem = UsageError(
-                f"htsim stops at {self.limit / 1e9:g} s of simulated time and rank {rank}'s kernels alone take "
-                f"{compute / 1e9:,.3f} s (one at a time): its step cannot finish there; use --backend analytical")
+                f"htsim cannot run a step past {self.limit / 1e9:g} s of simulated time (a message that starts "
+                f"later aborts it, and every run ends at 4 s), and rank {rank}'s kernels alone take "
+                f"{compute / 1e9:,.3f} s (one at a time); use --backend analytical")
 
 
 def scan(host: PluginHost, root: Path, *, validate: bool, checks: Sequence) -> None:

@@ -174,7 +174,7 @@ def run(prep: Prepared) -> SimRun:
     world = traces.world_size
     verdict = outcome.classify(
         done.returncode, parser.unfinished_ranks(ranks, world), world, markers, backend=prep.backend.name,
-        validated=prep.validated, time_limit_ns=prep.backend.time_limit_ns, stderr_tail=stderr,
+        validated=prep.validated, stops_at_ns=prep.backend.stops_at_ns, stderr_tail=stderr,
         explanation=htsim.explain(stderr) if prep.backend is backends.HTSIM else None,
         logs=f"{done.stderr_path} and {done.stdout_path}")
     meta = {**prep.meta, "astra_sim": str(prep.binary), "returncode": done.returncode}

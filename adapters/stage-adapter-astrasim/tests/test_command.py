@@ -252,7 +252,7 @@ def test_the_simulator_record_says_why_it_cannot_run_and_runs_a_set(make_trace_s
                                                                      host, monkeypatch, tmp_path):
     specs = fresh_host((plugin, "astrasim")).simulators()
     assert [(s.name, s.time_limit_s) for s in specs] == [("astrasim", None), ("astrasim-aware", None),
-                                                         ("astrasim-htsim", 4.0)]
+                                                         ("astrasim-htsim", 3.0)]
     spec = specs[0]
     assert spec.formats == ("chakra",)
     monkeypatch.delenv("ASTRA_SIM_BIN", raising=False)

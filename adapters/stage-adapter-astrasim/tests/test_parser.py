@@ -105,3 +105,22 @@ def test_markers_of_a_deadlock_and_of_htsims_time_limit():
     marks = Markers()
     parse_lines(htsim, marks)
     assert marks.timed_out and marks.last_flow_ms == 0.00754101 and not marks.unreleased
+
+
+def test_htsims_time_limit_is_the_limit_for_a_validated_set_and_either_otherwise():
+    """htsim reports a deadlock as it reports a step past its end (timed out at 4 s): a set
+    that passed validation (whose replay finds every deadlock) is past the limit."""
+    from stage_adapter_astrasim.outcome import classify
+    from stage_adapter_astrasim.parser import Markers
+
+    marks = Markers(timed_out=True, last_flow_ms=3000.5)
+    got = classify(0, [2, 3], 4, marks, backend="htsim", validated=True, stops_at_ns=4 * 10**9)
+    assert (got.status, got.unfinished) == ("time_limit", (2, 3))
+    assert got.message == ("htsim stopped at its limit of 4 s of simulated time with ranks 2-3 unfinished (2 of 4); "
+                           "its last message ended at 3,000.500 ms: the step takes longer than htsim can simulate; "
+                           "use --backend analytical")
+    got = classify(0, [2, 3], 4, marks, backend="htsim", validated=False, stops_at_ns=4 * 10**9)
+    assert got.message.endswith("either the step takes longer, or these ranks wait forever (htsim reports a deadlock "
+                                "only this way); `stage validate DIR` tells which")
+    # a nonzero status is a failure whatever the markers say
+    assert classify(134, [2, 3], 4, marks, backend="htsim", validated=True, stops_at_ns=4 * 10**9).status == "failed"
