@@ -93,6 +93,6 @@ def format_summary(s: dict) -> str:
                      f"{r['memory_bytes'] / 2**30:>11,.2f}")
     lines.append(f"\n({s['estimator']}; {s['seconds']:.2f} s)")
     for sim in s.get("past_time_limits", []):
-        lines.append(f"note: simulator {sim['simulator']} stops at {sim['time_limit_s']:g} s of simulated time: "
+        lines.append(f"note: simulator {sim['simulator']} runs steps of at most {sim['time_limit_s']:g} s of simulated time: "
                      f"this step ({s['step_time_s']:.4g} s) would not finish in it")
     return "\n".join(lines)

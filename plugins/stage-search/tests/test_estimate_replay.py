@@ -127,5 +127,5 @@ def test_the_estimate_says_which_simulators_stop_before_the_step_ends(capsys):
     assert got["step_time_s"] > 1e-6
     assert got["past_time_limits"] == [{"simulator": "stops-at-1us", "time_limit_s": 1e-6}]
     assert main(["estimate", "--model", "toy", "--gpu", "h100"], host=host) == 0
-    assert ("note: simulator stops-at-1us stops at 1e-06 s of simulated time: this step "
+    assert ("note: simulator stops-at-1us runs steps of at most 1e-06 s of simulated time: this step "
             f"({got['step_time_s']:.4g} s) would not finish in it") in capsys.readouterr().out
