@@ -76,6 +76,11 @@ def test_the_matrix_subset_finishes_under_htsim_as_under_the_analytical_network(
     assert {r["rank"]: r["gpu_time_ns"] for r in packets["ranks"]} == gpu
     step_a, step_h = analytical["summary"]["max_finish_time_ns"], summary["max_finish_time_ns"]
     assert step_h >= max(gpu.values())  # a rank's kernels run one at a time
+    # htsim's per-node log breaks each class's step down as the analytical one's does
+    for row in packets["rank_classes"]:
+        shown = {r["rank"]: r for r in packets["ranks"]}[row["shown_rank"]]
+        assert row["compute_ns"] + row["exposed_comm_ns"] + row["bubble_ns"] == shown["finish_time_ns"]
+        assert row["compute_ns"] == shown["gpu_time_ns"]  # one kernel at a time: its busy time is its GPU time
     request.config.__dict__.setdefault("htsim_rows", []).append(
         f"htsim {label:<15} {model} {plan.world_size} ranks: {summary['finished_ranks']}/{plan.world_size} finished, "
         f"step {step_h / 1e6:.3f} ms, analytical {step_a / 1e6:.3f} ms ({step_h / step_a:.2f}x)")
