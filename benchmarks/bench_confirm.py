@@ -51,6 +51,8 @@ def main(argv=None) -> int:
     ap.add_argument("--gpu", default="h100")
     ap.add_argument("--scale", type=int, default=1, help="divide every plan's dp by this")
     ap.add_argument("--top", type=int, default=5)
+    ap.add_argument("--simulator", default="astrasim",
+                    help="astrasim (analytical), astrasim-aware or astrasim-htsim (one node, under 3 s of step)")
     args = ap.parse_args(argv)
     table = json.loads(Path(args.search_json).read_text())
     entries = [("#%d" % (i + 1), e) for i, e in enumerate(table["plans"][:args.top])]
@@ -58,7 +60,7 @@ def main(argv=None) -> int:
         entries.append((f"{table['compare']['name']} (#{table['compare']['rank']})", table["compare"]))
     host = PluginHost()
     hw = hardware.resolve(host, args.gpu)
-    simulator = astrasim_or_none(host)
+    simulator = astrasim_or_none(host, args.simulator)
     if simulator is None:
         return 2
     parser = build_parser(host)

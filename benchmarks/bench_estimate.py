@@ -112,9 +112,10 @@ def run_one(host, parser, flags: str, simulator) -> dict:
             "seconds_estimate": estimated, "seconds_simulate": simulated}
 
 
-def astrasim_or_none(host):
-    """The astrasim simulator of the stage_simulators hook, or None (and why, on stderr)."""
-    simulator = host.simulator("astrasim")
+def astrasim_or_none(host, name: str = "astrasim"):
+    """An ASTRA-sim simulator of the stage_simulators hook (``astrasim``, ``astrasim-aware``,
+    ``astrasim-htsim``), or None (and why, on stderr)."""
+    simulator = host.simulator(name)
     reason = simulator.available()
     if reason:
         print(f"cannot run the simulator: {reason}", file=sys.stderr)

@@ -54,10 +54,10 @@ def run_row(host, gpu, row, out: Path, limit: int) -> dict:
     size = sum(f.stat().st_size for f in out.iterdir())
     from stage_adapter_astrasim import command
 
-    command.LOG_AUTO_LIMIT = 0  # no per-node log: only the step time is needed
     buf = io.StringIO()
     start = time.time()
-    status = command.run_astrasim(out, as_json=True, out=buf, err=io.StringIO(), host=host)
+    # no per-node log: only the step time is needed
+    status = command.run_astrasim(out, as_json=True, out=buf, err=io.StringIO(), host=host, breakdown=False)
     simulated = time.time() - start
     summary = json.loads(buf.getvalue())["summary"] if status == 0 else {}
     predicted = summary.get("hardware_tflops_per_gpu")

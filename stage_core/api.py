@@ -21,12 +21,13 @@ Sections, in the order a plugin meets them:
 * the flow: planning a job, writing, reading and validating a trace set;
 * files: the one output rule every written file follows, bounded reading of inputs;
 * traces: what a backend writes and reads;
-* hardware and estimation: presets, transfer times, the replay engine.
+* hardware and estimation: presets, transfer times, the replay engine, ASTRA-sim's
+  analytical network and a step's breakdown (``netmodel``).
 """
 
 from __future__ import annotations
 
-from . import __version__, grid, hardware, sym
+from . import __version__, grid, hardware, netmodel, sym
 from .autodiff import OptimizerConfig, differentiate
 from .bounds import MAX_WORLD
 from .cli import main
@@ -114,5 +115,5 @@ __all__ = [
     "NodeType", "CollectiveType", "COMM_KEYS", "ProgramNode", "RankProgram", "TraceJob", "TraceNode", "TraceSet",
     "StampedNodes", "RANK_ATTRS", "parse_ranks", "ranks_text",
     # hardware and estimation
-    "hardware", "replay", "Timing", "MIN_PIECE_BYTES", "WINDOW_USE",
+    "hardware", "replay", "Timing", "MIN_PIECE_BYTES", "WINDOW_USE", "netmodel",
 ]

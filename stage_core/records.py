@@ -225,7 +225,9 @@ class SimulatorSpec:
     :class:`HardwareSpec`; None: the hardware the set was timed for) and returns at
     least ``{"step_time_s": float, "finished": bool}``: the slowest rank's finish, and
     whether every rank finished.  It raises :class:`stage_core.errors.StageError` when
-    the simulator cannot run the set.
+    the simulator cannot run the set.  ``time_limit_s``: simulated time after which the
+    simulator stops (a longer step never finishes in it; ``stage estimate`` says so
+    beforehand); None when it has no limit.
     """
 
     name: str
@@ -234,6 +236,7 @@ class SimulatorSpec:
     formats: tuple[str, ...] = ("chakra",)
     description: str = ""
     plugin: str = ""
+    time_limit_s: float | None = None
 
 
 @dataclass(frozen=True)

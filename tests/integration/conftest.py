@@ -124,6 +124,8 @@ def child_python(tmp_path):
 
 
 def pytest_terminal_summary(terminalreporter, config):
-    """The fuzz tests' counts per category (test_fuzz_*.py), after the run."""
-    for line in config.__dict__.pop("fuzz_counts", []):  # (once, if both conftests load)
-        terminalreporter.write_line(line)
+    """The fuzz tests' counts per category (test_fuzz_*.py) and the htsim steps against the
+    analytical ones (test_htsim.py), after the run."""
+    for key in ("fuzz_counts", "htsim_rows"):
+        for line in config.__dict__.pop(key, []):  # (once, if both conftests load)
+            terminalreporter.write_line(line)

@@ -11,9 +11,9 @@ from stage_core import hardware
 from stage_core.flow import comm_groups_json, plan_job, write_trace_set
 from stage_core.planning import plan_from_flags
 from stage_core.trace import CollectiveType, NodeType, ProgramNode, RankProgram, TraceJob
-from stage_search import network
+from stage_core import netmodel as network
 from stage_search.estimate import estimate_job
-from stage_search.network import Network
+from stage_core.netmodel import Network
 
 
 @pytest.mark.parametrize("preset", ["h100", "a100"])

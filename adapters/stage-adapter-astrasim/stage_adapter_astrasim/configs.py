@@ -10,7 +10,9 @@ the plugin host); this module only turns one into ASTRA-sim's units: ``peak-perf
 TFLOPS and ``local-mem-bw`` in GB/s (astra-sim ``Sys::initialize_sys``), network
 bandwidth in the analytical backend's GB/s of 2^30 bytes per link and direction
 (astra-network-analytical ``BasicTopology::bw_GBps_to_Bpns``), latency per link in ns
-(a Switch charges two links per message).
+(a Switch charges two links per message).  The network's shape, its bandwidths and the
+system settings the timings depend on come from :mod:`stage_core.netmodel`, which
+``stage estimate`` times messages with.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from dataclasses import dataclass
 from math import prod
 from pathlib import Path
 
-from stage_core.api import UsageError, hardware
-from stage_core.records import HardwareSpec, LinkSpec
+from stage_core.api import UsageError, hardware, netmodel
+from stage_core.records import HardwareSpec
 
 from . import netyml
 
@@ -45,9 +47,7 @@ class Configs:
     preset: HardwareSpec | None = None  # the hardware, unless the system is a user's system.json
 
 
-def backend_bandwidth(link: LinkSpec) -> float:
-    """The analytical backend's bandwidth of ``link``: achieved GB/s of 2^30 bytes."""
-    return round(link.bytes_per_second / 2**30, 2)
+backend_bandwidth = netmodel.backend_bandwidth
 
 
 def system_config(preset: HardwareSpec, dims: int, *, timed: bool = False, trace: bool = False) -> dict:
@@ -62,9 +62,9 @@ def system_config(preset: HardwareSpec, dims: int, *, timed: bool = False, trace
     per_dim = ["ring"] * dims  # one collective implementation per network dimension
     config = {
         "scheduling-policy": "LIFO",
-        "endpoint-delay": 10,
+        "endpoint-delay": netmodel.ENDPOINT_DELAY_NS,
         "active-chunks-per-dimension": 1,
-        "preferred-dataset-splits": 4,
+        "preferred-dataset-splits": netmodel.DATASET_SPLITS,
         "all-reduce-implementation": per_dim,
         "all-gather-implementation": list(per_dim),
         "reduce-scatter-implementation": list(per_dim),
@@ -83,18 +83,16 @@ def system_config(preset: HardwareSpec, dims: int, *, timed: bool = False, trace
 def network_dims(preset: HardwareSpec, world: int) -> netyml.NetworkDims:
     """Switch (NVLink) inside a node; a second Switch (IB) across nodes when world > node."""
     node = preset.gpus_per_node
-    up, out = preset.scale_up, preset.scale_out
     if world < 2:
         raise UsageError(f"world size {world} is too small: ASTRA-sim's analytical "
                          "network needs at least 2 NPUs")
-    if world <= node:
-        return netyml.NetworkDims(("Switch",), (world,), (backend_bandwidth(up),), (up.latency_ns,))
-    if world % node:
+    if world > node and world % node:
         raise UsageError(f"world size {world} does not fit preset {preset.name}: more "
                          f"than one node needs a multiple of {node} GPUs per node")
-    return netyml.NetworkDims(("Switch", "Switch"), (node, world // node),
-                              (backend_bandwidth(up), backend_bandwidth(out)),
-                              (up.latency_ns, out.latency_ns))
+    dims = netmodel.dimensions(preset, world)
+    return netyml.NetworkDims(tuple("Switch" for _ in dims), tuple(n for n, _ in dims),
+                              tuple(backend_bandwidth(link) for _, link in dims),
+                              tuple(link.latency_ns for _, link in dims))
 
 
 def _looks_like_path(value: str) -> bool:

@@ -18,7 +18,7 @@ from stage_core.api import StageError, write_output, write_output_folder
 #: what the adapter and the simulator put in a set's ``astrasim`` folder (the simulator
 #: adds its ``log`` folder; ``hardware.json`` is a hardware file given as an object)
 KNOWN = frozenset({"system.json", "network.yml", "memory.json", "logging.toml", "results.json", "stdout.txt",
-                   "stderr.txt", "timeline.log", "hardware.json", "log"})
+                   "stderr.txt", "timeline.log", "hardware.json", "log", "topology.topo"})
 
 
 def _ours(folder: Path) -> bool:

@@ -13,6 +13,12 @@ Lines it prints (spdlog; times in cycles, which are nanoseconds)::
 (astra-sim ``astra-sim/workload/Statistics.cc`` ``Statistics::report``; the order of the
 time lines varies, and the overlap line is printed only when it is non-zero.)  A rank
 with no ``finished`` line never finished: the simulator still exits 0.
+
+Lines that say why ranks did not finish (:class:`Markers`): the analytical binaries
+print ``[HardwareResource] [critical] !!!Hardware Resource sys.id=1 has unreleased
+nodes!!!`` for each rank left holding nodes (a deadlock); htsim prints ``Warning:
+Simulation timed out.`` when its run ends (at 4 s of simulated time) with ranks
+unfinished, and ``Flow tcpsrc finished at 0.295668`` (ms) as each flow ends.
 """
 
 from __future__ import annotations
@@ -23,6 +29,9 @@ from typing import Iterable
 
 _FINISHED = re.compile(
     r"sys\[(\d+)\] finished,\s*(\d+) cycles(?:,\s*exposed communication (\d+) cycles)?")
+_UNRELEASED = re.compile(r"sys\.id=(\d+) has unreleased nodes")
+_FLOW_END = re.compile(r"^Flow \S+ finished at ([0-9.eE+-]+)")
+TIMED_OUT = "Warning: Simulation timed out."
 _STAT = re.compile(r"sys\[(\d+)\],\s*([A-Za-z][A-Za-z \-]*?):\s*([-+0-9.eE]+)\s*(%?)\s*$")
 
 # label printed -> key in results.json; times are ns, percentages 0-100
@@ -72,11 +81,23 @@ def _value(key: str, text: str, percent: bool) -> float | int:
     return number
 
 
-def parse_lines(lines: Iterable[str]) -> dict[int, RankResult]:
-    """Per-rank results from the simulator's output lines, keyed by rank."""
+@dataclass
+class Markers:
+    """What the output says about ranks that did not finish."""
+
+    unreleased: set[int] = field(default_factory=set)  # ranks holding nodes at the end (a deadlock)
+    timed_out: bool = False  # htsim's run ended at its time limit with ranks unfinished
+    last_flow_ms: float | None = None  # when htsim's last flow ended, ms of simulated time
+
+
+def parse_lines(lines: Iterable[str], markers: Markers | None = None) -> dict[int, RankResult]:
+    """Per-rank results from the simulator's output lines, keyed by rank; ``markers``,
+    when given, collects what :class:`Markers` holds."""
     ranks: dict[int, RankResult] = {}
     for line in lines:
         if "sys[" not in line:
+            if markers is not None:
+                _mark(line, markers)
             continue
         match = _FINISHED.search(line)
         if match:
@@ -92,6 +113,19 @@ def parse_lines(lines: Iterable[str]) -> dict[int, RankResult]:
             res = ranks.setdefault(rank, RankResult(rank))
             res.stats[key] = _value(key, match.group(3), bool(match.group(4)))
     return ranks
+
+
+def _mark(line: str, markers: Markers) -> None:
+    if line.startswith("Flow "):
+        match = _FLOW_END.match(line)
+        if match:
+            markers.last_flow_ms = float(match.group(1))
+    elif "unreleased nodes" in line:
+        match = _UNRELEASED.search(line)
+        if match:
+            markers.unreleased.add(int(match.group(1)))
+    elif TIMED_OUT in line:
+        markers.timed_out = True
 
 
 def parse_stdout(text: str) -> dict[int, RankResult]:

@@ -1,11 +1,15 @@
-"""The STAGE plugin: registers the ``astrasim`` command and the ``astrasim`` simulator."""
+"""The STAGE plugin: the ``astrasim`` command, and a simulator per ASTRA-sim network backend
+(``astrasim``: analytical, ``astrasim-aware``, ``astrasim-htsim``)."""
 
 from __future__ import annotations
+
+from functools import partial
 
 from stage_core import hookimpl
 from stage_core.records import CommandSpec, SimulatorSpec
 
-from . import command
+from . import command, simulate
+from .backends import BACKENDS
 
 
 @hookimpl
@@ -16,6 +20,8 @@ def stage_commands():
 
 @hookimpl
 def stage_simulators():
-    return [SimulatorSpec(name="astrasim", simulate=lambda directory, hw: command.simulate(directory, hw),
-                          available=command.available, formats=("chakra",),
-                          description="ASTRA-sim's analytical backend (congestion-unaware), $ASTRA_SIM_BIN or on PATH")]
+    return [SimulatorSpec(name=b.simulator, simulate=partial(simulate.simulate_record, b),
+                          available=partial(simulate.why_unavailable, b), formats=("chakra",),
+                          description=b.description,
+                          time_limit_s=None if b.time_limit_ns is None else b.time_limit_ns / 1e9)
+            for b in BACKENDS.values()]

@@ -29,9 +29,16 @@ def rank_ranges(ranks: list[int]) -> str:
 
 
 def build_results(ranks: dict[int, RankResult], world_size: int,
-                  meta: dict[str, Any]) -> dict[str, Any]:
-    """The results.json object: per-rank numbers in ns and a summary."""
+                  meta: dict[str, Any], outcome=None) -> dict[str, Any]:
+    """The results.json object: per-rank numbers in ns and a summary.
+
+    ``outcome`` (:class:`.outcome.Outcome`): why the run ended.  ``deadlock`` and
+    ``deadlocked_ranks`` name a deadlock only; ``unfinished_ranks`` are the ranks with no
+    ``finished`` line whatever the cause (``outcome``, ``message``).  Without an outcome
+    every unfinished rank counts as deadlocked.
+    """
     stuck = unfinished_ranks(ranks, world_size)
+    status = outcome.status if outcome is not None else ("deadlock" if stuck else "finished")
     finished = [r for r in ranks.values() if r.finished and r.rank < world_size]
     extra = sorted(r for r in ranks if r >= world_size)
     rows = []
@@ -44,9 +51,13 @@ def build_results(ranks: dict[int, RankResult], world_size: int,
         "world_size": world_size,
         "finished_ranks": len(finished),
         "max_finish_time_ns": max((r.finish_time_ns for r in finished), default=None),
-        "deadlock": bool(stuck),
-        "deadlocked_ranks": stuck,
+        "outcome": status,
+        "unfinished_ranks": stuck,
+        "deadlock": status == "deadlock",
+        "deadlocked_ranks": stuck if status == "deadlock" else [],
     }
+    if outcome is not None and outcome.message:
+        summary["message"] = outcome.message
     if extra:
         summary["ranks_outside_world"] = extra
     return {"units": {"time": "ns", "percentages": "0-100"}, **meta,

@@ -1,10 +1,12 @@
-"""Find the ASTRA-sim analytical binary, spell its command line, run it.
+"""Find a backend's binary, spell its command line, run it.
 
-Flags are those of the analytical frontends' parser (astra-sim
-``astra-sim/network_frontend/analytical/common/CmdLineParser.cc``):
-``--workload-configuration`` (trace prefix; files are ``<prefix>.<rank>.et``),
-``--comm-group-configuration``, ``--system-configuration``,
-``--remote-memory-configuration``, ``--network-configuration``.
+Flags are those of ASTRA-sim's frontends' common parser (astra-sim
+``astra-sim/network_frontend/analytical/common/CmdLineParser.cc``, which the htsim
+frontend uses too): ``--workload-configuration`` (trace prefix; files are
+``<prefix>.<rank>.et``), ``--comm-group-configuration``, ``--system-configuration``,
+``--remote-memory-configuration``, ``--network-configuration``; htsim takes its own
+options last, after ``--htsim_opts`` (``HTSimMain.cc``: every word after it goes to
+htsim's parser).
 """
 
 from __future__ import annotations
@@ -13,23 +15,21 @@ import os
 import shlex
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
 from stage_core.api import UsageError
 
-ENV_VAR = "ASTRA_SIM_BIN"
-PLACEHOLDER = "<ASTRA-sim analytical binary>"
-# what astra-sim's build/astra_analytical/build.sh produces
-CONVENTIONAL_PATH = "build/astra_analytical/build/bin/AstraSim_Analytical_Congestion_Unaware"
-#: the analytical binaries' names, looked up on PATH when neither option nor variable is set
-PATH_NAMES = ("AstraSim_Analytical_Congestion_Unaware", "AstraSim_Analytical_Congestion_Aware")
+from .backends import Backend
+
+PLACEHOLDER = "<ASTRA-sim {name} binary>"
 
 
 @dataclass(frozen=True)
 class SimPaths:
-    """The five files the simulator reads."""
+    """The files the simulator reads."""
 
     workload: Path
     comm_groups: Path
@@ -37,18 +37,19 @@ class SimPaths:
     network: Path
     memory: Path
     logging: Path | None = None  # spdlog_setup TOML (the per-node timeline log)
+    topology: Path | None = None  # htsim's fat tree
 
 
-def find_binary(option: str | None, env: Mapping[str, str]) -> Path | None:
-    """The binary from ``--astra-sim``, else ``$ASTRA_SIM_BIN``, else the first of
-    :data:`PATH_NAMES` on ``env``'s PATH; None when there is none."""
+def find_binary(backend: Backend, option: str | None, env: Mapping[str, str]) -> Path | None:
+    """The binary from ``--astra-sim``, else ``backend``'s variable, else the first of its
+    names on ``env``'s PATH; None when there is none."""
     if option:
         value, origin = option, "--astra-sim"
-    elif env.get(ENV_VAR):
-        value, origin = env[ENV_VAR], f"${ENV_VAR}"
+    elif env.get(backend.env_var):
+        value, origin = env[backend.env_var], f"${backend.env_var}"
     else:
         search = env.get("PATH")
-        for name in PATH_NAMES if search else ():
+        for name in backend.path_names if search else ():
             found = shutil.which(name, path=search)
             if found:
                 return Path(found).resolve()
@@ -60,13 +61,13 @@ def find_binary(option: str | None, env: Mapping[str, str]) -> Path | None:
     if found:
         return Path(found).resolve()
     why = "is not executable" if path.is_file() else "not found"
-    raise UsageError(f"{origin} {value} {why}: give the path of ASTRA-sim's "
-                     f"analytical binary (…/{CONVENTIONAL_PATH})")
+    raise UsageError(f"{origin} {value} {why}: give the path of ASTRA-sim's {backend.name} binary "
+                     f"(…/{backend.build_path})")
 
 
 def argv(binary: str, paths: SimPaths) -> list[str]:
     """The simulator's command line."""
-    return [
+    words = [
         binary,
         f"--workload-configuration={paths.workload}",
         f"--comm-group-configuration={paths.comm_groups}",
@@ -74,11 +75,15 @@ def argv(binary: str, paths: SimPaths) -> list[str]:
         f"--network-configuration={paths.network}",
         f"--remote-memory-configuration={paths.memory}",
     ] + ([f"--logging-configuration={paths.logging}"] if paths.logging else [])
+    if paths.topology is not None:
+        words += ["--htsim_opts", "-topo", str(paths.topology)]
+    return words
 
 
-def command_line(paths: SimPaths, binary: Path | None = None) -> str:
+def command_line(paths: SimPaths, binary: Path | None = None, backend: Backend | None = None) -> str:
     """A shell line; without a binary the first word is :data:`PLACEHOLDER`."""
-    words = argv(str(binary) if binary else PLACEHOLDER, paths)
+    first_word = str(binary) if binary else PLACEHOLDER.format(name=backend.name if backend else "analytical")
+    words = argv(first_word, paths)
     quoted = [shlex.quote(w) for w in words[1:]]
     first = shlex.quote(words[0]) if binary else words[0]
     return " \\\n    ".join([first] + quoted)
@@ -91,23 +96,30 @@ class RunOutcome:
     stderr_path: Path
 
 
-def run(binary: Path, paths: SimPaths, workdir: Path) -> RunOutcome:
-    """Run the simulator in ``workdir`` (its log folder lands there).
+def run(binary: Path, paths: SimPaths, workdir: Path, scratch: bool = False) -> RunOutcome:
+    """Run the simulator; stdout and stderr stream to ``workdir/stdout.txt`` and
+    ``workdir/stderr.txt`` (through temp names, renamed when the run ends), so a large
+    output never sits in memory.
 
-    stdout and stderr stream to ``workdir/stdout.txt`` and ``workdir/stderr.txt``
-    (through temp names, renamed when the run ends), so a large output never sits in
-    memory.
+    The analytical binaries run in ``workdir`` (their ``log/`` folder lands there).
+    ``scratch``: run in a fresh folder inside ``workdir``, removed afterwards; htsim
+    writes ``./log/``, ``./logout.dat`` (a binary log of some 13 MB) and ``./idmap.txt``
+    into its working folder.
     """
     out_final, err_final = workdir / "stdout.txt", workdir / "stderr.txt"
     out_tmp, err_tmp = workdir / ".stdout.txt.tmp", workdir / ".stderr.txt.tmp"
+    cwd = Path(tempfile.mkdtemp(prefix=".scratch-", dir=workdir)) if scratch else workdir
     try:
         with open(out_tmp, "wb") as out, open(err_tmp, "wb") as err:
             proc = subprocess.run(argv(str(binary), paths), stdout=out, stderr=err,
-                                  stdin=subprocess.DEVNULL, cwd=workdir, check=False)
+                                  stdin=subprocess.DEVNULL, cwd=cwd, check=False)
     except OSError as exc:
         for tmp in (out_tmp, err_tmp):
             tmp.unlink(missing_ok=True)
         raise UsageError(f"cannot run {binary}: {exc.strerror}") from None
+    finally:
+        if scratch:
+            shutil.rmtree(cwd, ignore_errors=True)
     os.replace(out_tmp, out_final)
     os.replace(err_tmp, err_final)
     return RunOutcome(proc.returncode, out_final, err_final)

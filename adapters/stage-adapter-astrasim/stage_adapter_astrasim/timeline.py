@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from stage_core.api import png_metadata, write_output
+from stage_core.api import netmodel, png_metadata, write_output
 
 LOG_FILE = "timeline.log"
 LOGGING_FILE = "logging.toml"
@@ -89,39 +89,13 @@ def read_log(lines: Iterable[str], ranks: set[int]) -> dict[int, list[Span]]:
     return spans
 
 
-def _merged(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[list[int]] = []
-    for a, b in sorted(intervals):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return [(a, b) for a, b in out]
-
-
-def _length(intervals: Sequence[tuple[int, int]]) -> int:
-    return sum(b - a for a, b in intervals)
-
-
-def _overlap(x: Sequence[tuple[int, int]], y: Sequence[tuple[int, int]]) -> int:
-    total, i, j = 0, 0, 0
-    while i < len(x) and j < len(y):
-        lo, hi = max(x[i][0], y[j][0]), min(x[i][1], y[j][1])
-        total += max(0, hi - lo)
-        if x[i][1] < y[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
-
-
 def breakdown(spans: Sequence[Span], finish_ns: int) -> dict[str, int]:
-    """compute, exposed communication and bubble (ns) of one rank; they add up to ``finish_ns``."""
-    compute = _merged((s.start_ns, s.end_ns) for s in spans if s.type == COMPUTE)
-    slot = _merged((s.start_ns, s.end_ns) for s in spans if s.type in (SEND, COLL))
-    busy = _length(compute)
-    exposed = _length(slot) - _overlap(slot, compute)
-    return {"compute_ns": busy, "exposed_comm_ns": exposed, "bubble_ns": max(0, finish_ns - busy - exposed)}
+    """compute, exposed communication and bubble (ns) of one rank; they add up to ``finish_ns``
+    (:func:`stage_core.netmodel.step_breakdown`, as ``stage estimate`` breaks its replay down)."""
+    compute, exposed, bubble = netmodel.step_breakdown(
+        ((s.start_ns, s.end_ns) for s in spans if s.type == COMPUTE),
+        ((s.start_ns, s.end_ns) for s in spans if s.type in (SEND, COLL)), finish_ns)
+    return {"compute_ns": compute, "exposed_comm_ns": exposed, "bubble_ns": bubble}
 
 
 def trace_events(classes: Sequence[tuple[str, int, Sequence[Span]]]) -> dict:

@@ -12,7 +12,7 @@ import pytest
 from stage_core.testing import fresh_host
 from stage_core.api import UsageError
 
-from stage_adapter_astrasim import command, plugin
+from stage_adapter_astrasim import command, plugin, simulate
 from stage_adapter_astrasim.command import configure, run, run_astrasim
 
 FLAGS = ("--workload-configuration=", "--comm-group-configuration=",
@@ -24,6 +24,7 @@ FLAGS = ("--workload-configuration=", "--comm-group-configuration=",
 def _test_presets(host, monkeypatch):
     """The command's default host is one with the test presets only."""
     monkeypatch.setattr(command, "PluginHost", lambda: host)
+    monkeypatch.setattr(simulate, "PluginHost", lambda: host)
 
 
 def _run(trace_dir, **kw):
@@ -104,11 +105,14 @@ def test_binary_from_the_environment(make_trace_set, fake_simulator, sample_stdo
 
 def test_binary_from_path_by_astra_sims_names(make_trace_set, fake_simulator, sample_stdout,
                                               tmp_path):
+    """Each backend finds its own binary on PATH, by the name astra-sim's build scripts give it."""
     root = make_trace_set(8)
     aware = fake_simulator(sample_stdout, name="AstraSim_Analytical_Congestion_Aware")
     status, out, _ = _run(root, env={"PATH": str(aware.parent)}, as_json=True)
+    assert status == 0 and "astra_sim" not in json.loads(out)  # the analytical backend's is not there: the command
+    status, out, _ = _run(root, env={"PATH": str(aware.parent)}, as_json=True, backend="analytical-aware")
     assert status == 0 and json.loads(out)["astra_sim"] == str(aware)
-    # the congestion-unaware one first, as astra-sim's build script makes it
+    assert json.loads(out)["backend"] == "analytical-aware"
     unaware = fake_simulator(sample_stdout, name="AstraSim_Analytical_Congestion_Unaware")
     status, out, _ = _run(root, env={"PATH": f"{tmp_path / 'elsewhere'}:{aware.parent}"},
                           as_json=True)
@@ -127,24 +131,49 @@ def test_option_then_environment_then_path(make_trace_set, fake_simulator, sampl
     assert json.loads(out)["astra_sim"] == str(given)
 
 
+UNRELEASED = "[x] [HardwareResource] [critical] !!!Hardware Resource sys.id={} has unreleased nodes!!!"
+
+
+def _without_finish(stdout: str, ranks: str) -> str:
+    return "\n".join(l for l in stdout.splitlines() if not re.search(rf"sys\[[{ranks}]\] finished", l))
+
+
 def test_deadlock_exits_1_and_names_the_ranks(make_trace_set, fake_simulator,
                                               sample_stdout):
     root = make_trace_set(8)
-    cut = "\n".join(l for l in sample_stdout.splitlines()
-                    if not re.search(r"sys\[[67]\] finished", l))
-    status, out, _ = _run(root, astra_sim=str(fake_simulator(cut)))
+    cut = _without_finish(sample_stdout, "67") + "\n" + UNRELEASED.format(6) + "\n" + UNRELEASED.format(7)
+    status, out, err = _run(root, astra_sim=str(fake_simulator(cut)))
     assert status == 1
-    assert "DEADLOCK: ranks 6-7 never finished" in out
-    results = json.loads((root / "astrasim" / "results.json").read_text())
-    assert results["summary"]["deadlocked_ranks"] == [6, 7]
+    assert "DEADLOCK: ranks 6-7 never finished (2 of 8)" in out and "error:" not in err
+    summary = json.loads((root / "astrasim" / "results.json").read_text())["summary"]
+    assert (summary["outcome"], summary["deadlocked_ranks"], summary["unfinished_ranks"]) == ("deadlock", [6, 7], [6, 7])
 
 
-def test_simulator_failure_exits_1(make_trace_set, fake_simulator):
+def test_missing_finish_lines_without_a_deadlock_are_not_called_one(make_trace_set, fake_simulator, sample_stdout):
     root = make_trace_set(8)
-    status, _, err = _run(root, astra_sim=str(fake_simulator("", returncode=3)))
+    status, out, err = _run(root, astra_sim=str(fake_simulator(_without_finish(sample_stdout, "67"))))
+    assert status == 1 and "DEADLOCK" not in out
+    assert ("error: ranks 6-7 unfinished (2 of 8): they printed no 'finished' line, and ASTRA-sim (analytical) "
+            "reported neither a deadlock nor an error (exit status 0)") in err
+    summary = json.loads((root / "astrasim" / "results.json").read_text())["summary"]
+    assert (summary["outcome"], summary["deadlock"], summary["deadlocked_ranks"], summary["unfinished_ranks"]) == (
+        "incomplete", False, [], [6, 7])
+
+
+def test_simulator_failure_exits_1_and_is_never_a_deadlock(make_trace_set, fake_simulator, sample_stdout):
+    root = make_trace_set(8)
+    status, out, err = _run(root, astra_sim=str(fake_simulator("", returncode=3)))
     assert status == 1
-    assert "exited with status 3" in err
+    assert "error: ASTRA-sim (analytical) exited with status 3 with ranks 0-7 unfinished (8 of 8): fake stderr" in err
     assert (root / "astrasim" / "stderr.txt").read_text() == "fake stderr\n"
+    assert "DEADLOCK" not in out
+    # an assertion after some ranks finished (a signal: the wrapper scripts exec the binary)
+    killer = fake_simulator(_without_finish(sample_stdout, "4-7"), returncode=-6, name="aborts")
+    killer.write_text(killer.read_text().replace("sys.exit(-6)", "import os, signal; os.kill(os.getpid(), signal.SIGABRT)"))
+    status, out, err = _run(root, astra_sim=str(killer))
+    assert status == 1 and "DEADLOCK" not in out
+    assert "ASTRA-sim (analytical) was killed by SIGABRT with ranks 4-7 unfinished (4 of 8): fake stderr" in err
+    assert json.loads((root / "astrasim" / "results.json").read_text())["summary"]["outcome"] == "failed"
 
 
 def test_bad_binary_is_a_usage_error(make_trace_set, tmp_path):
@@ -221,8 +250,11 @@ def test_inference_sets_count_model_flops_once():
 
 def test_the_simulator_record_says_why_it_cannot_run_and_runs_a_set(make_trace_set, fake_simulator, sample_stdout,
                                                                      host, monkeypatch, tmp_path):
-    [spec] = fresh_host((plugin, "astrasim")).simulators()
-    assert spec.name == "astrasim" and spec.formats == ("chakra",)
+    specs = fresh_host((plugin, "astrasim")).simulators()
+    assert [(s.name, s.time_limit_s) for s in specs] == [("astrasim", None), ("astrasim-aware", None),
+                                                         ("astrasim-htsim", 3.0)]
+    spec = specs[0]
+    assert spec.formats == ("chakra",)
     monkeypatch.delenv("ASTRA_SIM_BIN", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path / "nothing-here"))
     assert "no ASTRA-sim analytical binary: set $ASTRA_SIM_BIN" in spec.available()
@@ -230,9 +262,7 @@ def test_the_simulator_record_says_why_it_cannot_run_and_runs_a_set(make_trace_s
     assert "$ASTRA_SIM_BIN" in spec.available() and "not found" in spec.available()
     monkeypatch.setenv("ASTRA_SIM_BIN", str(fake_simulator(sample_stdout)))
     assert spec.available() is None
-    from stage_adapter_astrasim.command import simulate
-
-    got = simulate(make_trace_set(8), None, host=host)
+    got = spec.simulate.__wrapped__(make_trace_set(8), None)
     assert (got["step_time_s"], got["finished"]) == (207_616_180e-9, True)
     assert got["results"]["summary"]["deadlocked_ranks"] == []
 

@@ -69,8 +69,8 @@ def test_results_summary(sample_stdout):
     results = build_results(parse_stdout(sample_stdout), 8, {"system": "preset h100"})
     assert results["system"] == "preset h100"
     assert results["summary"] == {"world_size": 8, "finished_ranks": 8,
-                                  "max_finish_time_ns": 207_616_180,
-                                  "deadlock": False, "deadlocked_ranks": []}
+                                  "max_finish_time_ns": 207_616_180, "outcome": "finished",
+                                  "unfinished_ranks": [], "deadlock": False, "deadlocked_ranks": []}
     row4 = results["ranks"][4]
     assert row4["rank"] == 4 and row4["finished"] is True
     assert row4["finish_time_ns"] == 138_672_922
@@ -88,3 +88,39 @@ def test_rank_ranges():
     assert rank_ranges([0, 1, 2, 3, 8, 10, 11]) == "0-3,8,10-11"
     assert rank_ranges([5]) == "5"
     assert rank_ranges([]) == ""
+
+
+def test_markers_of_a_deadlock_and_of_htsims_time_limit():
+    """The lines ASTRA-sim prints when ranks do not finish (copied from runs of the binaries
+    in the team's shared folder: a 4-rank set whose rank 0 skips the all-reduce)."""
+    from stage_adapter_astrasim.parser import Markers, parse_lines
+
+    analytical = ["[2026-12-03 10:16:06.907] [HardwareResource] [critical] !!!Hardware Resource sys.id=1 has "
+                  "unreleased nodes!!!", "[2026-12-03 10:16:06.907] [HardwareResource] [critical] GPU comm node id: 0"]
+    marks = Markers()
+    parse_lines(analytical, marks)
+    assert marks.unreleased == {1} and not marks.timed_out
+    htsim = ["Flow tcpsrc finished at 0.003769", "Flow tcpsrc finished at 0.00754101",
+             ".......Warning: Simulation timed out."]
+    marks = Markers()
+    parse_lines(htsim, marks)
+    assert marks.timed_out and marks.last_flow_ms == 0.00754101 and not marks.unreleased
+
+
+def test_htsims_time_limit_is_the_limit_for_a_validated_set_and_either_otherwise():
+    """htsim reports a deadlock as it reports a step past its end (timed out at 4 s): a set
+    that passed validation (whose replay finds every deadlock) is past the limit."""
+    from stage_adapter_astrasim.outcome import classify
+    from stage_adapter_astrasim.parser import Markers
+
+    marks = Markers(timed_out=True, last_flow_ms=3000.5)
+    got = classify(0, [2, 3], 4, marks, backend="htsim", validated=True, stops_at_ns=4 * 10**9)
+    assert (got.status, got.unfinished) == ("time_limit", (2, 3))
+    assert got.message == ("htsim stopped at its limit of 4 s of simulated time with ranks 2-3 unfinished (2 of 4); "
+                           "its last message ended at 3,000.500 ms: the step takes longer than htsim can simulate; "
+                           "use --backend analytical")
+    got = classify(0, [2, 3], 4, marks, backend="htsim", validated=False, stops_at_ns=4 * 10**9)
+    assert got.message.endswith("either the step takes longer, or these ranks wait forever (htsim reports a deadlock "
+                                "only this way); `stage validate DIR` tells which")
+    # a nonzero status is a failure whatever the markers say
+    assert classify(134, [2, 3], 4, marks, backend="htsim", validated=True, stops_at_ns=4 * 10**9).status == "failed"

@@ -9,11 +9,11 @@ sends and collectives, ready nodes issued in ascending id, receives unlimited), 
 
 * a compute node taking its ``duration_micros`` x 1000 ns (0 taken as 1 ns, as
   ``Workload::issue_replay`` does);
-* a send taking its message's time on the network (:mod:`.network`), its receive
+* a send taking its message's time on the network (:mod:`stage_core.netmodel`), its receive
   completing when the data has arrived;
 * a collective completing on each member when its ring does, each member starting
-  when it issued it (:meth:`.network.Network.collective_finish_ns`; when all issue
-  at once, :meth:`.network.Network.collective_ns` after that).
+  when it issued it (:meth:`stage_core.netmodel.Network.collective_finish_ns`; when all issue
+  at once, :meth:`stage_core.netmodel.Network.collective_ns` after that).
 
 A process stands for a rank class: a collective across classes is timed for the
 class's first rank, each member rank starting when its class issued it.
@@ -27,9 +27,8 @@ from typing import Sequence
 import numpy as np
 
 from stage_core.records import HardwareSpec
-from stage_core.api import COMM_KEYS, NodeType, ProgramNode, TraceJob, replay
+from stage_core.api import COMM_KEYS, NodeType, ProgramNode, TraceJob, netmodel, replay
 
-from .network import Network
 
 _KIND = {NodeType.COMP: replay.COMP, NodeType.COMM_SEND: replay.SEND, NodeType.COMM_RECV: replay.RECV,
          NodeType.COMM_COLL: replay.COLL}
@@ -81,7 +80,7 @@ def program_of(nodes: Sequence[ProgramNode]) -> replay.Program:
 class _World:
     """The processes (one per rank class), how they meet, and every node's time."""
 
-    def __init__(self, job: TraceJob, net: Network):
+    def __init__(self, job: TraceJob, net: netmodel.Network):
         self.job, self.net = job, net
         programs = job.programs
         self.first = [p.ranks[0] for p in programs]
@@ -167,7 +166,7 @@ class _World:
 
 def estimate_job(job: TraceJob, hw: HardwareSpec) -> Estimate:
     """The step of ``job`` (timed programs, one per rank class) on ``hw``'s network."""
-    world = _World(job, Network.of(hw, job.world_size))
+    world = _World(job, netmodel.Network.of(hw, job.world_size))
     durations = world.durations
     done = replay.run(world.programs, world.links, lambda p, pos: durations[p][pos], times=True,
                       collective=world.collective_finish)
@@ -180,36 +179,7 @@ def estimate_job(job: TraceJob, hw: HardwareSpec) -> Estimate:
         compute = [(start[i], end[i]) for i, k in enumerate(prog.kinds) if k == replay.COMP]
         slot = [(start[i], end[i]) for i, k in enumerate(prog.kinds) if k in (replay.SEND, replay.COLL)]
         finish = done.finish[p]
-        busy = _length(_merged(compute))
-        exposed = _length(_merged(slot)) - _overlap(_merged(slot), _merged(compute))
-        classes.append(ClassTime(len(job.programs[p].ranks), finish, busy, exposed, max(0.0, finish - busy - exposed)))
+        classes.append(ClassTime(len(job.programs[p].ranks), finish, *netmodel.step_breakdown(compute, slot, finish)))
     return Estimate(max(c.finish_ns for c in classes), tuple(classes), tuple(map(tuple, done.issued_at)),
                     tuple(map(tuple, done.done_at)))
 
-
-def _merged(spans) -> list[tuple[float, float]]:
-    out: list[list[float]] = []
-    for a, b in sorted(spans):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return [(a, b) for a, b in out]
-
-
-def _length(spans) -> float:
-    return sum(b - a for a, b in spans)
-
-
-def _overlap(a, b) -> float:
-    i = j = 0
-    total = 0.0
-    while i < len(a) and j < len(b):
-        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if hi > lo:
-            total += hi - lo
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total

@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     est = estimate_job(result.job, hw)
     summary = summarize(result, est, hw)
     summary["seconds"] = time.perf_counter() - start
+    summary["past_time_limits"] = past_time_limits(host, est.step_time_s)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
@@ -70,6 +71,13 @@ def summarize(result: Result, est: Estimate, hw: HardwareSpec) -> dict:
     }
 
 
+def past_time_limits(host: PluginHost, step_s: float) -> list[dict]:
+    """The installed simulators that stop before a step of ``step_s`` ends (their
+    ``time_limit_s``): the plan's set would never finish in them."""
+    return [{"simulator": sim.name, "time_limit_s": sim.time_limit_s} for sim in host.simulators()
+            if sim.time_limit_s is not None and step_s > sim.time_limit_s]
+
+
 def format_summary(s: dict) -> str:
     p = s["plan"]
     degrees = " ".join(f"{a}{p[a]}" for a in ("tp", "cp", "ep", "dp", "pp") if p.get(a, 1) > 1) or "one GPU"
@@ -84,4 +92,7 @@ def format_summary(s: dict) -> str:
                      f"{r['exposed_comm_s'] * 1e3:>16,.3f} {r['bubble_s'] * 1e3:>10,.3f} "
                      f"{r['memory_bytes'] / 2**30:>11,.2f}")
     lines.append(f"\n({s['estimator']}; {s['seconds']:.2f} s)")
+    for sim in s.get("past_time_limits", []):
+        lines.append(f"note: simulator {sim['simulator']} runs steps of at most {sim['time_limit_s']:g} s of simulated time: "
+                     f"this step ({s['step_time_s']:.4g} s) would not finish in it")
     return "\n".join(lines)

@@ -38,10 +38,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from stage_core.api import DTYPE_BYTES, MIN_PIECE_BYTES, WINDOW_USE, Mesh, Plan, hardware
+from stage_core.api import DTYPE_BYTES, MIN_PIECE_BYTES, WINDOW_USE, Mesh, Plan, hardware, netmodel
 from stage_core.records import HardwareSpec
 
-from .network import Network
 from .probe import LayerCosts, layer_key
 from .space import stage_layers
 
@@ -92,7 +91,7 @@ def _group(out: FastResult, plans, idx, costs, layers, hw, pp, vp, m, order, cap
     Memory first; the step time of the plans that fit."""
     chunks = pp * vp
     P = len(plans)
-    net = Network.of(hw, plans[0].world_size)
+    net = netmodel.Network.of(hw, plans[0].world_size)
     counts = np.array([chunk_layers(layers, p) for p in plans], dtype=float)  # plans x chunks
     first = np.zeros(chunks)
     first[0] = 1
@@ -181,7 +180,7 @@ def _group(out: FastResult, plans, idx, costs, layers, hw, pp, vp, m, order, cap
     out.model_flops[idx] = m * per_chunk["model_flops"].sum(axis=1) / pp
 
 
-def _gathered(net: Network, plan: Plan, params: int, dpcp: int) -> float:
+def _gathered(net: netmodel.Network, plan: Plan, params: int, dpcp: int) -> float:
     """The gather of ``params`` bytes over dp x cp (ZeRO-3), in the open."""
     if params <= 0:
         return 0.0
@@ -192,7 +191,7 @@ def _gathered(net: Network, plan: Plan, params: int, dpcp: int) -> float:
     return got
 
 
-def _layer_gathered(net: Network, hw: HardwareSpec, plan: Plan, c: LayerCosts, dpcp: int) -> np.ndarray:
+def _layer_gathered(net: netmodel.Network, hw: HardwareSpec, plan: Plan, c: LayerCosts, dpcp: int) -> np.ndarray:
     """What a layer's parameter gather adds to the forward and the backward of the layer
     before it (one layer of prefetch), placed as :mod:`stage_core.parallel.overlap` places
     it: pieces sized by the textbook estimate to 80% of each window, none under 1 MiB,
@@ -258,7 +257,7 @@ def _dp_group(plan: Plan) -> tuple[int, ...]:
     return got
 
 
-def _bucketed(net: Network, kind: str, plan: Plan, nbytes: float) -> float:
+def _bucketed(net: netmodel.Network, kind: str, plan: Plan, nbytes: float) -> float:
     """``nbytes`` moved as Megatron's buckets (max(40M, 1M x dp) parameters of 2 bytes)."""
     if nbytes <= 0:
         return 0.0
@@ -273,7 +272,7 @@ def _bucketed(net: Network, kind: str, plan: Plan, nbytes: float) -> float:
     return got
 
 
-def _dp_reduce(net: Network, plan: Plan, elements: float) -> tuple[float, float]:
+def _dp_reduce(net: netmodel.Network, plan: Plan, elements: float) -> tuple[float, float]:
     """(the whole reduction, its last bucket) of a stage's gradients, ns."""
     if plan.dp * plan.cp <= 1 or elements <= 0:
         return 0.0, 0.0

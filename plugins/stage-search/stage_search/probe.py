@@ -31,11 +31,10 @@ from dataclasses import dataclass
 from math import gcd
 from typing import Mapping
 
-from stage_core.api import DTYPE_BYTES, Mesh, NodeType, Plan, Timing, UsageError, plan_job, replay
+from stage_core.api import DTYPE_BYTES, Mesh, NodeType, Plan, Timing, UsageError, netmodel, plan_job, replay
 from stage_core.records import HardwareSpec
 
 from .estimate import _KIND, _World
-from .network import Network
 
 #: the plan fields that make a layer key
 KEY_FIELDS = ("tp", "cp", "ep", "etp", "sp", "recompute", "micro_batch_size", "cp_comm", "moe_dispatcher")
@@ -129,7 +128,7 @@ def _stage_parts(host, model, overrides, probe: Plan, hw: HardwareSpec):
         result = plan_job(host, model, {**overrides, "layers": str(layers)}, probe, hw)
     except UsageError as exc:
         raise UsageError(f"cannot measure a layer of {model} with {_key_text(probe)}: {exc}") from None
-    world = _World(result.job, Network.of(hw, result.job.world_size))
+    world = _World(result.job, netmodel.Network.of(hw, result.job.world_size))
     mesh = Mesh.from_plan(result.plan)
     grad_item = DTYPE_BYTES[probe.grad_dtype]
     parts, send, foreground = [], 0, False

@@ -41,31 +41,41 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fresh", action="store_true", help="evaluate every point again, ignoring the cache")
     p.add_argument("--force", action="store_true",
                    help="replace -o FILE even if no sweep wrote it (never a device, a link or the spec)")
+    p.add_argument("--simulator", default=None, metavar="NAME",
+                   help="with measure = \"simulate\": the simulator of the stage_simulators hook (astrasim, "
+                        "astrasim-aware, astrasim-htsim...; default: the first installed)")
 
 
-def plan_units(sweep: grid.Sweep) -> list[dict]:
+def plan_units(sweep: grid.Sweep, simulator: str | None = None) -> list[dict]:
     vers = code_versions(units._host())
-    return [{"flags": p.flags(), "hardware": p.hardware(), "measure": sweep.measure, "versions": vers}
+    extra = {"simulator": simulator} if simulator else {}  # (unit ids without one stay what they were)
+    return [{"flags": p.flags(), "hardware": p.hardware(), "measure": sweep.measure, "versions": vers, **extra}
             for p in sweep.points]
 
 
 def run(args: argparse.Namespace) -> int:
     return run_sweep(Path(args.spec), Path(args.output), executor=args.executor, workers=args.workers,
-                     address=args.address, cache=Path(args.cache), fresh=args.fresh, force=args.force)
+                     address=args.address, cache=Path(args.cache), fresh=args.fresh, force=args.force,
+                     simulator=args.simulator)
 
 
 def run_sweep(spec_path: Path, output: Path, *, executor: str = "local", workers: int | None = None,
               address: str | None = None, cache: Path = Path(".stage-sweep"), fresh: bool = False,
-              force: bool = False, err=None) -> int:
+              force: bool = False, err=None, simulator: str | None = None) -> int:
     err = err or sys.stderr
     if workers is not None and workers < 1:
         raise UsageError(f"--workers {workers}: must be 1 or more")
     rule = dict(inputs=[spec_path], force=force)
     table.check_path(output, **rule)  # before any work
     sweep = grid.load(spec_path, plan_flag_names(), units.MEASURES)
+    if simulator is not None:
+        if sweep.measure != "simulate":
+            raise UsageError(f"--simulator {simulator}: {spec_path} measures {sweep.measure!r}; the simulator runs "
+                             "with measure = \"simulate\"")
+        units._host().simulator(simulator)  # a name no plugin registers: refused before any work
     runner = units._host().executor(executor)
     store = UnitCache(cache)
-    todo_units = plan_units(sweep)
+    todo_units = plan_units(sweep, simulator)
     ids = [unit_id(u) for u in todo_units]
     rows: dict[int, dict] = {}
     if not fresh:

@@ -79,16 +79,16 @@ def _evaluate(unit: dict[str, Any]) -> dict[str, Any]:
     if measure == "estimate":
         row.update(mfu=est["mfu"], exposed_comm_s=est["exposed_comm_s"])
         return row
-    row.update(_simulated(result, hw))
+    row.update(_simulated(result, hw, unit.get("simulator")))
     return row
 
 
-def _simulated(result, hw) -> dict[str, Any]:
+def _simulated(result, hw, name: str | None = None) -> dict[str, Any]:
     """The simulator's step of ``result``'s set, written to a temporary folder."""
     from stage_core.api import write_trace_set
 
     host = _host()
-    simulators = host.simulators()
+    simulators = [s for s in host.simulators() if name is None or s.name == name]
     if not simulators:
         return {"status": "not simulated", "error": "no simulator is installed (install stage-adapter-astrasim)"}
     simulator = simulators[0]

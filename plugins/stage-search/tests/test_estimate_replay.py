@@ -6,6 +6,8 @@ import math
 import pytest
 
 from stage_core.api import CollectiveType, NodeType, Plan, ProgramNode, RankProgram, TraceJob, main, plan_job
+from stage_core import hookimpl
+from stage_core.records import SimulatorSpec
 from stage_core.testing import fresh_host, toy_plugin
 from stage_search.estimate import estimate_job
 from search_hardware import H100, Hardware
@@ -101,3 +103,29 @@ def test_one_gpu_steps_for_its_kernels_alone(estimate_host, capsys):
 def test_serving_is_refused_with_the_reason(estimate_host, capsys):
     assert main(["estimate", "--model", "toy", "--task", "serve", "--gpu", "h100"], host=estimate_host) == 2
     assert "estimate each side" in capsys.readouterr().err
+
+
+class _Limited:
+    """Two simulators: one that stops at 1 us of simulated time, one with no limit."""
+
+    @staticmethod
+    @hookimpl
+    def stage_simulators():
+        return [SimulatorSpec(name="stops-at-1us", simulate=lambda d, hw: {}, available=lambda: None,
+                              time_limit_s=1e-6),
+                SimulatorSpec(name="no-limit", simulate=lambda d, hw: {}, available=lambda: None)]
+
+
+def test_the_estimate_says_which_simulators_stop_before_the_step_ends(capsys):
+    """The toy step takes more than 1 us: a simulator that stops there is named, one without
+    a limit is not (htsim registers 4 s: stage-adapter-astrasim)."""
+    from stage_search import plugin
+
+    host = fresh_host((toy_plugin, "toy"), (plugin, "search"), (Hardware(), "hw"), (_Limited(), "limited"))
+    assert main(["estimate", "--model", "toy", "--gpu", "h100", "--json"], host=host) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["step_time_s"] > 1e-6
+    assert got["past_time_limits"] == [{"simulator": "stops-at-1us", "time_limit_s": 1e-6}]
+    assert main(["estimate", "--model", "toy", "--gpu", "h100"], host=host) == 0
+    assert ("note: simulator stops-at-1us runs steps of at most 1e-06 s of simulated time: this step "
+            f"({got['step_time_s']:.4g} s) would not finish in it") in capsys.readouterr().out

@@ -8,7 +8,7 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from stage_core.api import UsageError, grid, main
+from stage_core.api import UsageError, grid, main, unit_id
 from stage_search import executors, units
 from stage_search.sweep import plan_flag_names, run_sweep
 
@@ -163,3 +163,24 @@ def test_a_simulate_sweep_without_a_simulator_says_so_per_point(timed_host, tmp_
     [row] = read_csv(out)
     assert row["status"] == "not simulated" and "no simulator is installed" in row["error"]
     assert float(row["step_time_s"]) > 0 and row["simulated_step_time_s"] == ""
+
+
+def test_a_simulate_sweep_names_its_simulator_in_every_unit(toy_host, tmp_path):
+    """--simulator NAME picks a stage_simulators record (ASTRA-sim's: astrasim, astrasim-aware,
+    astrasim-htsim); it joins the unit, so its results are cached apart, and a sweep without
+    one keeps the unit ids it had.  A name no plugin registers, or a spec that does not
+    simulate, is refused before any work."""
+    from stage_core.api import grid
+    from stage_search.sweep import plan_units
+
+    sweep = grid.parse({"measure": "simulate", "base": {"model": "toy"}}, "x", plan_flag_names(), units.MEASURES)
+    [a], [b] = plan_units(sweep), plan_units(sweep, "astrasim-htsim")
+    assert "simulator" not in a and b == {**a, "simulator": "astrasim-htsim"}
+    assert unit_id(a) != unit_id(b)
+    (tmp_path / "s.toml").write_text('measure = "simulate"\n[base]\nmodel = "toy"\n')
+    with pytest.raises(UsageError, match="--simulator nosuch: unknown simulator; known: none installed"):
+        run_sweep(tmp_path / "s.toml", tmp_path / "t.csv", simulator="nosuch")
+    (tmp_path / "r.toml").write_text('[base]\nmodel = "toy"\n')
+    with pytest.raises(UsageError, match="measures 'report'; the simulator runs with measure"):
+        run_sweep(tmp_path / "r.toml", tmp_path / "t.csv", simulator="astrasim")
+    assert not (tmp_path / "t.csv").exists()

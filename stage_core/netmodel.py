@@ -1,13 +1,18 @@
-"""The time of a send or a collective on ASTRA-sim's analytical network, as the simulator computes it.
+"""ASTRA-sim's analytical network as the simulator computes it, and a step's breakdown.
 
-What the simulator is given (the ASTRA-sim adapter's ``configs.py``, mirrored here so
-that nothing imports the adapter): a ``Switch`` dimension of ``gpus_per_node`` NPUs on
-the scale-up link, and, above one node, a second ``Switch`` of the nodes on the
-scale-out link; per dimension the link's achieved bandwidth in GiB/s rounded to two
-decimals (``backend_bandwidth``) and its latency per link; ``system.json`` with ring
-collectives on every dimension, ``preferred-dataset-splits`` 4,
-``active-chunks-per-dimension`` 1, ``endpoint-delay`` 10 and ``local-mem-bw`` the
-GPU's HBM bandwidth.
+One place for what both the ASTRA-sim adapter and ``stage estimate`` (stage-search) need:
+the adapter writes the network this module describes (:func:`dimensions`,
+:func:`backend_bandwidth`) and reads its per-node log into compute, exposed
+communication and bubble (:func:`step_breakdown`); the estimator times every send and
+collective with :class:`Network` and breaks its replay down the same way.
+
+What the simulator is given (the ASTRA-sim adapter's configs): a ``Switch`` dimension
+of ``gpus_per_node`` NPUs on the scale-up link, and, above one node, a second
+``Switch`` of the nodes on the scale-out link; per dimension the link's achieved
+bandwidth in GiB/s rounded to two decimals (:func:`backend_bandwidth`) and its
+latency per link; ``system.json`` with ring collectives on every dimension,
+``preferred-dataset-splits`` 4, ``active-chunks-per-dimension`` 1, ``endpoint-delay``
+10 and ``local-mem-bw`` the GPU's HBM bandwidth.
 
 What the simulator does with them (astra-sim 518bd513 and its astra-network-analytical
 submodule; every rule below reproduced its timings to the nanosecond on single
@@ -48,13 +53,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
 from stage_core.records import HardwareSpec, LinkSpec
 
-#: system.json values the ASTRA-sim adapter writes (stage_adapter_astrasim.configs.system_config)
+#: system.json values the ASTRA-sim adapter writes (its configs.system_config reads them from here)
 DATASET_SPLITS = 4  # "preferred-dataset-splits"
 ENDPOINT_DELAY_NS = 10  # "endpoint-delay"; the memory bus of a ring on a group ("Fast") charges the same 10 ns
 #: a Switch charges two links per message (astra-network-analytical Switch::compute_hops_count)
@@ -66,8 +71,23 @@ KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
 
 def backend_bandwidth(link: LinkSpec) -> float:
-    """The bandwidth the adapter writes for ``link``: achieved GiB/s, two decimals."""
+    """The bandwidth the adapter writes for ``link``: achieved GiB/s, two decimals
+    (astra-network-analytical reads GB/s of 2^30 bytes, ``BasicTopology::bw_GBps_to_Bpns``)."""
     return round(link.bytes_per_second / 2**30, 2)
+
+
+def dimensions(hw: HardwareSpec, world: int) -> tuple[tuple[int, LinkSpec], ...]:
+    """The network's dimensions for ``world`` NPUs of ``hw``: ``(npus, link)`` each.
+
+    One node (``world <= gpus_per_node``): one dimension of ``world`` NPUs on the
+    scale-up link.  Above: the node's ``gpus_per_node`` on the scale-up link, then
+    ``world // gpus_per_node`` nodes on the scale-out link (the adapter refuses a world
+    that is not a multiple of a node before it gets here).
+    """
+    node = hw.gpus_per_node
+    if world <= node:
+        return ((world, hw.scale_up),)
+    return ((node, hw.scale_up), (world // node, hw.scale_out))
 
 
 @dataclass(frozen=True)
@@ -90,14 +110,8 @@ class Network:
 
     @classmethod
     def of(cls, hw: HardwareSpec, world: int) -> "Network":
-        def dim(npus: int, link: LinkSpec) -> Dimension:
-            return Dimension(npus, backend_bandwidth(link) * 2**30 / 1e9, link.latency_ns)
-
-        node = hw.gpus_per_node
-        if world <= node:
-            dims = (dim(world, hw.scale_up),)
-        else:
-            dims = (dim(node, hw.scale_up), dim(world // node, hw.scale_out))
+        dims = tuple(Dimension(npus, backend_bandwidth(link) * 2**30 / 1e9, link.latency_ns)
+                     for npus, link in dimensions(hw, world))
         return cls(world, dims, hw.gpu.hbm_gbps)
 
     def dim_between(self, a: int, b: int) -> int:
@@ -127,6 +141,19 @@ class Network:
         comm_groups.json order), from the moment every member has issued it."""
         return _collective_ns(self, kind, size, tuple(members))
 
+    def largest_message(self, kind: str, size: int, members: Sequence[int]) -> int:
+        """The largest message (bytes) one member sends to another in this collective: what
+        a network backend is handed at once (ASTRA-sim's ``sim_send`` count)."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown collective {kind!r}; known: {', '.join(KINDS)}")
+        n = len(members)
+        if n < 2:
+            return 0
+        chunk = self.chunk_bytes(kind, size)
+        if n < self.world or len(self.dims) == 1:
+            return _ring_plan(kind, chunk, n)[1]
+        return max(_ring_plan(k, d, self.dims[i].npus)[1]
+                   for k, i, d in _world_phases(self, kind, chunk) if self.dims[i].npus > 1)
 
     def collective_finish_ns(self, kind: str, size: int, members: Sequence[int],
                              starts: Sequence[float]) -> tuple[float, ...]:
@@ -226,13 +253,13 @@ def _ring_finish(net: Network, kind: str, chunk: int, dims: Sequence[Dimension],
     return start
 
 
-def _world_ns(net: Network, kind: str, chunk: int) -> int:
-    """A collective on every NPU of a multi-dimensional network: per chunk a phase per
-    dimension, each dimension serving one phase at a time, the longest-waiting first."""
+def _world_phases(net: Network, kind: str, chunk: int) -> list[tuple[str, int, int]]:
+    """A whole-world collective's phases on a multi-dimensional network, in order:
+    ``(ring kind, dimension, bytes of the chunk on that dimension)``."""
     sizes = [d.npus for d in net.dims]
     last = len(sizes) - 1
+    phases, data = [], chunk
     if kind == "all_reduce":  # localBWAware
-        phases, data = [], chunk
         for i in range(last):
             phases.append(("reduce_scatter", i, data))
             data //= sizes[i]
@@ -240,16 +267,22 @@ def _world_ns(net: Network, kind: str, chunk: int) -> int:
         for i in range(last - 1, -1, -1):
             phases.append(("all_gather", i, data))
     elif kind == "all_gather":
-        phases, data = [], chunk
         for i in range(last, -1, -1):
             phases.append(("all_gather", i, data))
             data *= sizes[i]
     else:
-        phases, data = [], chunk
         for i in range(last + 1):
             phases.append((kind, i, data))
             if kind == "reduce_scatter":
                 data //= sizes[i]
+    return phases
+
+
+def _world_ns(net: Network, kind: str, chunk: int) -> int:
+    """A collective on every NPU of a multi-dimensional network: per chunk a phase per
+    dimension, each dimension serving one phase at a time, the longest-waiting first."""
+    sizes = [d.npus for d in net.dims]
+    phases = _world_phases(net, kind, chunk)
     times = [_ring_chunks(net, k, d, [net.dims[i]] * sizes[i], 1) if sizes[i] > 1 else 0
              for k, i, d in phases]
     free = [0] * len(sizes)  # when each dimension is next free
@@ -275,3 +308,49 @@ def _world_ns(net: Network, kind: str, chunk: int) -> int:
         else:
             finish = max(finish, end)
     return finish
+
+
+# --------------------------------------------------------------------------- a step's breakdown
+
+
+def merged(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """``spans`` (start, end) sorted and joined where they touch or overlap."""
+    out: list[list[float]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def _length(spans: Sequence[tuple[float, float]]) -> float:
+    return sum(b - a for a, b in spans)
+
+
+def _overlap(x: Sequence[tuple[float, float]], y: Sequence[tuple[float, float]]) -> float:
+    """Time two merged span lists share."""
+    total, i, j = 0, 0, 0
+    while i < len(x) and j < len(y):
+        lo, hi = max(x[i][0], y[j][0]), min(x[i][1], y[j][1])
+        total += max(0, hi - lo)
+        if x[i][1] < y[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def step_breakdown(compute: Iterable[tuple[float, float]], slot: Iterable[tuple[float, float]],
+                   finish: float) -> tuple[float, float, float]:
+    """One rank's step as ``(compute, exposed communication, bubble)``; they add up to ``finish``.
+
+    ``compute``: when a kernel runs; ``slot``: when a send or collective holds the one
+    communication slot.  *Compute* is the time some kernel runs, *exposed
+    communication* the time the slot is busy while no kernel runs, *bubble* the rest
+    (waiting on a receive, or on nothing issuable).
+    """
+    kernels, comm = merged(compute), merged(slot)
+    busy = _length(kernels)
+    exposed = _length(comm) - _overlap(comm, kernels)
+    return busy, exposed, max(0, finish - busy - exposed)

@@ -1,4 +1,5 @@
-"""The analytical network's times against ASTRA-sim's own, and against hand arithmetic.
+"""stage_core.netmodel: the analytical network's times against ASTRA-sim's own and hand
+arithmetic, the largest message a collective hands the network, and a step's breakdown.
 
 MEASURED holds finish times (ns) of single collectives and sends that the real simulator
 gave (astra-sim 518bd513, AstraSim_Analytical_Congestion_Unaware, with the configs the
@@ -10,8 +11,16 @@ import math
 
 import pytest
 
-from search_hardware import H100
-from stage_search.network import Network, backend_bandwidth
+from stage_core.netmodel import Network, backend_bandwidth, dimensions, step_breakdown
+from stage_core.records import GpuSpec, HardwareSpec, LinkSpec
+
+#: the h100 preset's numbers (stage-hardware), here so that these tests need no plugin
+H100 = HardwareSpec(
+    name="h100", description="", gpus_per_node=8,
+    gpu=GpuSpec(name="h100", description="", matmul_tflops={"bf16": 989.4}, vector_tflops=66.9, hbm_gbps=3350.0,
+                sm_count=132),
+    scale_up=LinkSpec("NVLink 4", 450.0, 400 * 2**30 / 450e9, 936.25),
+    scale_out=LinkSpec("InfiniBand NDR", 50.0, 400 * 2**30 / 450e9, 2643.5))
 
 AR, AG, RS, A2A = "all_reduce", "all_gather", "reduce_scatter", "all_to_all"
 MiB = 1 << 20
@@ -97,3 +106,32 @@ def test_members_issuing_apart_finish_apart_as_astra_sim_has_them():
 def test_members_issuing_together_take_the_collective_time():
     net = Network.of(H100, 16)
     assert net.collective_finish_ns(AG, MiB, [0, 8, 1, 9], [5] * 4) == (5 + net.collective_ns(AG, MiB, [0, 8, 1, 9]),) * 4
+
+
+def test_dimensions_are_a_node_then_the_nodes():
+    assert dimensions(H100, 4) == ((4, H100.scale_up),)
+    assert dimensions(H100, 8) == ((8, H100.scale_up),)
+    assert dimensions(H100, 32) == ((8, H100.scale_up), (4, H100.scale_out))
+
+
+@pytest.mark.parametrize("world, members, kind, size, largest", [
+    # a ring on a group: all-reduce and reduce-scatter send chunk/n, all-gather the chunk
+    (8, [0, 1, 2, 3], AR, 4 * MiB, MiB // 4), (8, [0, 1], AG, 4 * MiB, MiB),
+    (8, [0, 1, 2, 3], RS, 4 * MiB, MiB // 4), (8, [0, 1, 2, 3], A2A, 4 * MiB, MiB // 4),
+    # the world on [8, 2]: all-reduce reduce-scatters 1 MiB chunks over 8 (128 KiB messages),
+    # all-reduces 128 KiB over 2 (64 KiB), gathers back (128 KiB messages): 128 KiB at most
+    (16, list(range(16)), AR, 4 * MiB, MiB // 8),
+    # all-gather from the top: 1 MiB chunks over 2 nodes, then 2 MiB over the node
+    (16, list(range(16)), AG, 4 * MiB, 2 * MiB),
+    (8, [5], AR, MiB, 0),
+])
+def test_the_largest_message_a_collective_hands_the_network(world, members, kind, size, largest):
+    assert Network.of(H100, world).largest_message(kind, size, members) == largest
+
+
+def test_a_step_breaks_down_into_compute_exposed_communication_and_bubble():
+    """Kernels 0-4 and 6-8 (6 ns, overlapping spans merged); the slot busy 3-7 and 10-12:
+    exposed while no kernel runs, 4-6 and 10-12 (4 ns); the rest of a 15 ns step (5 ns)
+    is bubble."""
+    assert step_breakdown([(0, 3), (2, 4), (6, 8)], [(3, 7), (10, 12)], 15) == (6, 4, 5)
+    assert step_breakdown([], [], 5) == (0, 0, 5)
