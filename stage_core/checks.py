@@ -146,14 +146,17 @@ def _is_dim_name(graph: Graph, name: str) -> bool:
 
 
 class CheckedOrder:
-    """A schedule's ``order(stages, micro_batches, virtual)``, each result checked (a
-    PluginFault names the schedule and the first problem); ``placement`` is the schedule's."""
+    """A schedule's ``order(stages, micro_batches, virtual, **options)``, each result checked
+    (a PluginFault names the schedule and the first problem); ``placement`` is the
+    schedule's, ``options`` the values of its options (keyword arguments by ``dest``)."""
 
-    def __init__(self, order: Callable, owner: Owner, placement: str = "loop"):
+    def __init__(self, order: Callable, owner: Owner, placement: str = "loop",
+                 options: Mapping[str, Any] | None = None):
         self.order, self.owner, self.placement = order, owner, placement
+        self.options = dict(options or {})
 
     def __call__(self, stages: int, micro_batches: int, virtual: int = 1):
-        got = self.order(stages, micro_batches, virtual)
+        got = self.order(stages, micro_batches, virtual, **self.options)
         problem = order_problem(got, stages, micro_batches, virtual)
         if problem is not None:
             raise PluginFault(f"{self.owner}: its order for pp {stages}, {micro_batches} micro-batches, {virtual} "
@@ -161,10 +164,11 @@ class CheckedOrder:
         return [[tuple(map(tuple, step)) if is_pair(step) else tuple(step) for step in steps] for steps in got]
 
 
-def checked_order(spec, owner: Owner) -> CheckedOrder:
-    """The order of schedule ``spec``, checked, after checking the spec's own declarations."""
+def checked_order(spec, owner: Owner, options: Mapping[str, Any] | None = None) -> CheckedOrder:
+    """The order of schedule ``spec`` with its ``options`` bound, checked, after checking the
+    spec's own declarations."""
     if spec.placement not in PLACEMENTS:
         raise fault(owner, f"placement {spec.placement!r}; known: {', '.join(PLACEMENTS)}")
     if spec.chunks is not None and (not isinstance(spec.chunks, int) or spec.chunks < 1):
         raise fault(owner, f"chunks {spec.chunks!r}: a positive number of chunks per stage, or None")
-    return CheckedOrder(spec.order, owner, spec.placement)
+    return CheckedOrder(spec.order, owner, spec.placement, options)
