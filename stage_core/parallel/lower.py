@@ -318,6 +318,7 @@ class _Program:
         self.chunk_hold: dict[int, int] = {}  # of which a split backward's W still holds after its B
         self.background: dict[int, Background] = {}
         self.last_gather: int | None = None  # the step's last parameter gather (ZeRO-3)
+        self.gathered: dict[tuple, tuple[int, ...]] = {}  # kept gathered parameters: (tensor, layout key) -> gather
         self.not_before: int | None = None  # nodes emitted now wait for this one (recompute)
 
     def _deps(self, deps) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -409,6 +410,7 @@ class Lowerer:
         self._chunk_ops: dict[tuple[int, int], tuple[list[Op], list[Op]]] = {}
         self._emissions: dict[Op, tuple] = {}
         self._gathers: dict[int, dict] = {}
+        self._gather_bytes: dict[tuple, int] = {}  # (parameter, gathered layout key) -> bytes of its shard
         self.fwd_ops = [op for op in prop.ops if op.phase == FORWARD]
         self.bwd_ops = [op for op in prop.ops if op.phase == BACKWARD]
         self.recompute_set = self._recompute_ops()
@@ -601,6 +603,27 @@ class Lowerer:
             prog.last_gather = nid
             for t, layout_key_ in gathered:
                 versions[(t, layout_key_)] = (nid,)
+                if self.sg.keep_gathered:
+                    prog.gathered[(t, layout_key_)] = (nid,)
+
+    def step_gathers(self, prog: _Program, chunk: int, versions: dict) -> dict:
+        """The gathers a step of ``chunk`` emits (:meth:`layer_gathers`).  Parameters kept
+        gathered (``keep_gathered``: FSDP without resharding) are gathered at their first
+        use in the step only: later steps read the kept copies (``versions`` gets them)."""
+        gathers = self.layer_gathers(chunk)
+        if not self.sg.keep_gathered:
+            return gathers
+        versions.update(prog.gathered)
+        out = {}
+        for layer, units in gathers.items():
+            left = []
+            for key, _, tensors in units:
+                todo = [(t, k) for t, k in tensors if (t, k) not in prog.gathered]
+                if todo:
+                    left.append((key, sum(self._gather_bytes[(t, k)] for t, k in todo), todo))
+            if left:
+                out[layer] = left
+        return out
 
     def layer_gathers(self, chunk: int) -> dict:
         """FSDP units of a chunk: per layer (None = outside the layers), the all-gathers of
@@ -612,21 +635,37 @@ class Lowerer:
             return dict(got)
         steps: dict = {}
         for op in self.chunk_ops(self.fwd_ops, chunk):
-            for r in self.prop.plan(op).pre:
-                if r.param_gather:
-                    lst = steps.setdefault(op.layer, {}).setdefault(r.tensor, [])
-                    if all(x.axis != r.axis for x in lst):
-                        lst.append(r)
+            for t in op.inputs:
+                # propagation plans a parameter's gather once, at its first reader; a parameter
+                # read in other chunks too (a tied embedding's head) is gathered in each
+                if t in self.param_gathers and all(t not in unit for unit in steps.values()):
+                    steps.setdefault(op.layer, {})[t] = list(self.param_gathers[t])
         got = {}
         for layer, by_tensor in steps.items():
             by_key: dict[str, list[list[Redistribute]]] = {}
             for rs in by_tensor.values():
                 by_key.setdefault(canonical_key(r.axis for r in rs), []).append(rs)
-            got[layer] = [(key, sum(self.sizes.nbytes(rs[0].tensor, rs[0].before) for rs in tensors),
+            for rs in by_tensor.values():
+                self._gather_bytes[(rs[0].tensor, self.lk(rs[-1].after))] = self.sizes.nbytes(rs[0].tensor,
+                                                                                              rs[0].before)
+            got[layer] = [(key, sum(self._gather_bytes[(rs[0].tensor, self.lk(rs[-1].after))] for rs in tensors),
                            [(rs[0].tensor, self.lk(rs[-1].after)) for rs in tensors])
                           for key, tensors in by_key.items()]
         self._gathers[chunk] = got
         return dict(got)
+
+    @cached_property
+    def param_gathers(self) -> dict[Tensor, list[Redistribute]]:
+        """Per parameter stored sharded (ZeRO-3), the gathers that make its compute layout,
+        one per axis, from the forward op propagation planned them at."""
+        out: dict[Tensor, list[Redistribute]] = {}
+        for op in self.fwd_ops:
+            for r in self.prop.plan(op).pre:
+                if r.param_gather:
+                    lst = out.setdefault(r.tensor, [])
+                    if all(x.axis != r.axis for x in lst):
+                        lst.append(r)
+        return out
 
     # ------------------------------------------------------------------ pipeline chunks
     @cached_property
@@ -813,7 +852,7 @@ class Lowerer:
             return out
 
         def forward_units(m: int, c: int, versions: dict, tag: str) -> list:
-            gathers = self.layer_gathers(c)
+            gathers = self.step_gathers(prog, c, versions)
 
             def unit(ops):
                 return lambda: [self.emit_op(prog, op, versions, f"{tag}.fwd", gathers, FORWARD) for op in ops]
@@ -821,7 +860,7 @@ class Lowerer:
             return [unit(ops) for ops in runs_of(self.chunk_ops(self.fwd_ops, c))]
 
         def backward_units(m: int, c: int, versions: dict, tag: str, kind: str, splitting: bool) -> list:
-            gathers = self.layer_gathers(c)  # gathered again for backward
+            gathers = self.step_gathers(prog, c, versions)  # gathered again for backward (unless kept)
             recomputed: set = set()
             if kind == "W":  # the weight gradients of a split backward (recomputed inputs were kept since B)
                 ops = [op for op in self.chunk_ops(self.bwd_ops, c) if op in weight]
@@ -1042,6 +1081,9 @@ class Lowerer:
         sg = self.sg
         held = self.stage_params(stage)
         params = sum(self.sizes.nbytes(p, sg.storage_layout(p)) for p in held)
+        if sg.keep_gathered:  # the gathered copies, kept the whole step beside the shards
+            params += sum(self.sizes.nbytes(p, sg.compute_layout(p)) for p in held
+                          if layout_key(sg.storage_layout(p)) != layout_key(sg.compute_layout(p)))
         grads = optimizer = 0
         grad_item = DTYPE_BYTES[self.plan.grad_dtype]
         for p in held:
