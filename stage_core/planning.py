@@ -99,7 +99,8 @@ def add_plan_flags(p: argparse.ArgumentParser, host=None) -> None:
     _host_choice_flag(g, "--schedule", schedules, Plan().schedule, "pipeline schedule")
     _count_flag(g, "virtual_stages", "V", "virtual stages per pipeline rank (default 1)")
     g.add_argument("--stage-layers", metavar="auto|N,N,...",
-                   help="layers per pipeline stage (pp x virtual-stages counts, in order), or auto: balanced by "
+                   help="layers per pipeline stage (pp x virtual-stages counts, in order; NxK for K stages of N; "
+                        "the first and last may be 0: the embedding or the head alone), or auto: balanced by "
                         "compute, the embedding and the LM head counted as one layer each (default: an even split)")
     _choice_flag(g, "grad_dtype", "gradient buffers and their reduction (Megatron keeps fp32 main grads)")
     _choice_flag(g, "optimizer_dtype", "master weights, momentum and variance")
