@@ -16,7 +16,7 @@ from typing import Any, Callable, ContextManager, Mapping, Sequence
 
 from . import __version__, guard, hardware
 from .autodiff import OptimizerConfig, differentiate
-from .checks import Degrees, check_declarations, check_model_graph, checked_order
+from .checks import Degrees, axis_parts, check_declarations, check_model_graph, checked_order
 from .bounds import (DEFAULT_MAX_NODES, MAX_WORLD, Extrapolated, check_lower_bound, check_model_size, check_world,
                      lower_within)
 from .errors import StageError, TraceError, TraceReadError, TraceWriteError, UsageError
@@ -202,8 +202,9 @@ def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[st
         check_lower_bound(len(forward.kernels()), plan, set_limit)
 
     training = task_graph()
-    mesh = Mesh.from_plan(plan)
-    sharded = ShardedGraph(training, Degrees(plan.degrees()))
+    parts = axis_parts(strategies, plan, lambda s: host.owner(s.plugin, "strategy", s.name))
+    mesh = Mesh.from_plan(plan, parts)
+    sharded = ShardedGraph(training, Degrees(plan.degrees(), parts))
     for s in strategies:
         sharded = check_declarations(s.apply(sharded, mesh, plan), sharded, mesh.degrees,
                                      host.owner(s.plugin, "strategy", s.name))
@@ -223,6 +224,8 @@ def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[st
                                programs, order)
     groups = GroupTable(mesh, lowered.group_keys)
     manifest = make_manifest(config, plan, mesh.world_size, lowered.reports, lowered.stage_layers)
+    if parts:  # the axes strategies carved out of others, with their degrees
+        manifest["plan"]["axes"] = {x: mesh.degrees[x] for split in parts.values() for x in (split[0], split[2])}
     programs = lowered.programs
     if gpu is not None:
         if isinstance(lowered, Extrapolated):

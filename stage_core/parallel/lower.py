@@ -29,7 +29,7 @@ from ..timing import node_kernel
 from ..ir.ops import BACKWARD, FORWARD, MATMUL, OPTIMIZER, Op, parse_spec
 from ..ir.tensor import DTYPE_BYTES, Role, Tensor
 from ..trace import COMM_KEYS, CollectiveType, NodeType, ProgramNode, RankProgram
-from .mesh import Mesh, canonical_key
+from .mesh import Mesh
 from .placement import FLAT, Partial, Shard, layout_key
 from .plan import Plan
 from .overlap import Background, place
@@ -644,7 +644,7 @@ class Lowerer:
         for layer, by_tensor in steps.items():
             by_key: dict[str, list[list[Redistribute]]] = {}
             for rs in by_tensor.values():
-                by_key.setdefault(canonical_key(r.axis for r in rs), []).append(rs)
+                by_key.setdefault(self.mesh.key(r.axis for r in rs), []).append(rs)
             for rs in by_tensor.values():
                 self._gather_bytes[(rs[0].tensor, self.lk(rs[-1].after))] = self.sizes.nbytes(rs[0].tensor,
                                                                                               rs[0].before)
@@ -988,9 +988,18 @@ class Lowerer:
 
     def grad_axes(self, p: Tensor) -> tuple[str, ...]:
         """The axes ``p``'s gradient is reduced over: cp and dp, or for an expert weight the
-        expert-data-parallel axis (Megatron's expert-data-parallel group)."""
-        axes = ("edp",) if p in self.prop.expert else ("cp", "dp")
-        return tuple(a for a in axes if self.sg.active(a) and a in self.sg.grad_target)
+        expert-data-parallel axis (Megatron's expert-data-parallel group).  An axis a strategy
+        split (hybrid sharding's dp) counts as its parts, each reduced as its target says."""
+        axes = ("edp",) if p in self.prop.expert else self.mesh.expand(("cp", "dp"))
+        return tuple(a for a in axes if self.sg.active(a) and self.grad_target(a) is not None)
+
+    def grad_target(self, axis: str):
+        """What gradients reduce to over ``axis`` (a part of a split axis: its own, else its parent's)."""
+        got = self.sg.grad_target.get(axis)
+        if got is None:
+            parent = next((a for a, split in self.mesh.atoms.items() if axis in split), None)
+            got = self.sg.grad_target.get(parent) if parent is not None else None
+        return got
 
     def plan_buckets(self, stage: int) -> list[tuple[list[Tensor], Op, tuple[str, ...]]]:
         """A stage's parameters grouped in the order their gradients become final in backward,
@@ -1016,21 +1025,33 @@ class Lowerer:
 
     def emit_bucket_sync(self, prog: _Program, i: int, bucket: list[Tensor], axes: tuple[str, ...],
                          versions: dict) -> list[int]:
-        """The data-parallel reduction of one bucket: all-reduce, or reduce-scatter under ZeRO."""
+        """The data-parallel reduction of one bucket: all-reduce, or reduce-scatter under ZeRO;
+        over axes some of which shard and some not (hybrid sharding: a shard group inside dp,
+        replicated across), a reduce-scatter inside the sharding axes, then an all-reduce of
+        the shard across the others."""
         deps = [d for p in bucket for d in versions.get((self.g.grads[p], None), ())]
         if not axes:
             return deps
-        key = canonical_key(axes)
-        dp_deg = self.sizes.deg(axes)
         numel = sum(self.sizes.numel(p, self.sg.compute_layout(p)) for p in bucket)
-        target = self.sg.grad_target.get(axes[-1])
-        kind = CollectiveType.REDUCE_SCATTER if isinstance(target, Shard) else CollectiveType.ALL_REDUCE
-        if kind == CollectiveType.REDUCE_SCATTER:
-            numel = -(-numel // dp_deg) * dp_deg  # buckets are padded to a multiple of the group size
-        size = numel * DTYPE_BYTES[self.plan.grad_dtype]
-        # background: released once the bucket's last gradient is final
-        return [prog.coll(f"grad_sync.bucket{i}:{COMM_KEYS[kind]}.{key}", kind, size, self.key(key), deps,
-                          release=-1, group_size=dp_deg)]
+        item = DTYPE_BYTES[self.plan.grad_dtype]
+        sharding = [a for a in axes if isinstance(self.grad_target(a), Shard)]
+        rest = [a for a in axes if a not in sharding]
+        out = deps
+        if sharding:
+            n = self.sizes.deg(sharding)
+            numel = -(-numel // n) * n  # buckets are padded to a multiple of the group size
+            key = self.mesh.key(sharding)
+            # background: released once the bucket's last gradient is final
+            kind = CollectiveType.REDUCE_SCATTER
+            out = [prog.coll(f"grad_sync.bucket{i}:{COMM_KEYS[kind]}.{key}", kind, numel * item, self.key(key), out,
+                             release=-1, group_size=n)]
+            numel //= n
+        if rest:
+            key = self.mesh.key(rest)
+            kind = CollectiveType.ALL_REDUCE
+            out = [prog.coll(f"grad_sync.bucket{i}:{COMM_KEYS[kind]}.{key}", kind, numel * item, self.key(key), out,
+                             release=-1, group_size=self.sizes.deg(rest))]
+        return out
 
     def emit_optimizer(self, prog: _Program, stage: int, buckets, syncs: dict[int, list[int]], versions) -> None:
         sg = self.sg
@@ -1072,7 +1093,7 @@ class Lowerer:
             if axes and opt_shard > 1 and replicated:
                 # the updated shards go back to every replica (ZeRO-1/2); sharded
                 # parameters (ZeRO-3) stay sharded and are gathered where used
-                key = canonical_key(axes)
+                key = self.mesh.key(a for a in axes if a in sg.optimizer_sharded)
                 prog.coll(f"optimizer.bucket{i}:all_gather.{key}:params", CollectiveType.ALL_GATHER,
                           local * param_item, self.key(key), [nid])
 
