@@ -13,10 +13,12 @@ Each refusal is a :class:`~stage_core.guard.PluginFault` naming the plugin and t
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Iterable, Mapping
 
 import networkx as nx
 
+from .errors import UsageError
 from .guard import Owner, PluginFault, fault
 from .ir.graph import Graph
 from .ir.ops import Op
@@ -69,7 +71,16 @@ def check_model_graph(graph: Any, owner: Owner) -> Graph:
 
 
 class Degrees(dict):
-    """The plan's degree per mesh axis: the host's; a strategy reads it and cannot write it."""
+    """The plan's degree per mesh axis: the host's; a strategy reads it and cannot write it.
+    ``parts``: the axes strategies carve out of others (:func:`axis_parts`), whose degrees it
+    holds too."""
+
+    def __init__(self, degrees: Mapping[str, int] = (), parts: Mapping[str, tuple[str, int, str]] | None = None):
+        table = dict(degrees)
+        for parent, (inner, n, outer) in (parts or {}).items():
+            table[inner], table[outer] = n, table[parent] // n
+        super().__init__(table)
+        self.parts = dict(parts or {})
 
     def _refuse(self, *args, **kwargs):
         raise TypeError(f"the degree table is the host's (the plan's degrees); a strategy cannot change it "
@@ -99,6 +110,60 @@ def _check_layout(layout: Any, tensor, axes: set[str], owner: Owner, what: str) 
             dims = ", ".join(str(getattr(d, "name", d)) for d in tensor.shape)
             raise fault(owner, f"{what} of {tensor.name} shards dim {placement.dim!r} on {axis}, which the tensor "
                                f"[{dims}] does not have")
+
+
+#: the axes an AxisSpec may be carved out of, and the names it may not take
+SPLITTABLE = ("tp", "cp", "dp", "pp")
+TAKEN = ("tp", "cp", "dp", "pp", "ep", "etp", "edp")
+_AXIS_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
+
+
+def axis_parts(strategies: Iterable[Any], plan: Any, owner_of: Callable[[Any], Owner]) -> dict[str, tuple[str, int, str]]:
+    """The axes the strategies declare (``StrategySpec.axes``) that the plan turns on, as
+    ``{parent: (name, degree, rest)}``: the degree is the strategy option the AxisSpec names
+    (1, or not given: the axis is off).  A declaration that cannot be an axis is the
+    strategy's fault (``owner_of(strategy)``); a degree that does not divide its parent's,
+    or two axes splitting one, the user's (UsageError)."""
+    from .records import AxisSpec
+
+    out: dict[str, tuple[str, int, str]] = {}
+    by: dict[str, str] = {}
+    names: dict[str, Any] = {}
+    degrees = plan.degrees()
+    for strategy in strategies:
+        options = {o.name: o for o in strategy.options}
+        for spec in strategy.axes:
+            owner = owner_of(strategy)
+            if not isinstance(spec, AxisSpec):
+                raise fault(owner, f"axes holds a {type(spec).__name__}, not an AxisSpec")
+            if spec.within not in SPLITTABLE:
+                raise fault(owner, f"axis {spec.name!r} is carved out of {spec.within!r}, which is not an axis of "
+                                   f"the ranks (one of {', '.join(SPLITTABLE)})")
+            for name in (spec.name, spec.rest_name):
+                if not isinstance(name, str) or not _AXIS_NAME.match(name):
+                    raise fault(owner, f"axis name {name!r}: lower-case letters, digits and '_', a letter first")
+                if name in TAKEN or name in names:
+                    other = "the mesh's own axes" if name in TAKEN else f"strategy {names[name].name!r}"
+                    raise fault(owner, f"axis name {name!r} is taken (by {other}); give the AxisSpec another name "
+                                       f"(or rest)")
+                names[name] = strategy
+            opt = options.get(spec.option)
+            if opt is None or opt.type is not int:
+                raise fault(owner, f"axis {spec.name!r} takes its degree from option {spec.option!r}, which the "
+                                   f"strategy does not declare as an int OptionSpec")
+            n = plan.option(spec.option, opt.default if opt.default is not None else 1)
+            if n == 1:
+                continue
+            parent = degrees[spec.within]
+            if not isinstance(n, int) or isinstance(n, bool) or n < 1 or parent % n:
+                valid = ", ".join(str(d) for d in range(1, parent + 1) if parent % d == 0)
+                raise UsageError(f"--{spec.option} {n}: the {spec.name} axis is carved out of {spec.within} "
+                                 f"(--{spec.within} {parent}); it must divide {parent} (valid: {valid})")
+            if spec.within in by:
+                raise UsageError(f"--{spec.option} {n} and --{by[spec.within]} both split {spec.within}; give one")
+            by[spec.within] = spec.option
+            out[spec.within] = (spec.name, n, spec.rest_name)
+    return out
 
 
 def check_declarations(sg: Any, before: ShardedGraph, axes: Iterable[str], owner: Owner) -> ShardedGraph:
@@ -146,14 +211,17 @@ def _is_dim_name(graph: Graph, name: str) -> bool:
 
 
 class CheckedOrder:
-    """A schedule's ``order(stages, micro_batches, virtual)``, each result checked (a
-    PluginFault names the schedule and the first problem); ``placement`` is the schedule's."""
+    """A schedule's ``order(stages, micro_batches, virtual, **options)``, each result checked
+    (a PluginFault names the schedule and the first problem); ``placement`` is the
+    schedule's, ``options`` the values of its options (keyword arguments by ``dest``)."""
 
-    def __init__(self, order: Callable, owner: Owner, placement: str = "loop"):
+    def __init__(self, order: Callable, owner: Owner, placement: str = "loop",
+                 options: Mapping[str, Any] | None = None):
         self.order, self.owner, self.placement = order, owner, placement
+        self.options = dict(options or {})
 
     def __call__(self, stages: int, micro_batches: int, virtual: int = 1):
-        got = self.order(stages, micro_batches, virtual)
+        got = self.order(stages, micro_batches, virtual, **self.options)
         problem = order_problem(got, stages, micro_batches, virtual)
         if problem is not None:
             raise PluginFault(f"{self.owner}: its order for pp {stages}, {micro_batches} micro-batches, {virtual} "
@@ -161,10 +229,11 @@ class CheckedOrder:
         return [[tuple(map(tuple, step)) if is_pair(step) else tuple(step) for step in steps] for steps in got]
 
 
-def checked_order(spec, owner: Owner) -> CheckedOrder:
-    """The order of schedule ``spec``, checked, after checking the spec's own declarations."""
+def checked_order(spec, owner: Owner, options: Mapping[str, Any] | None = None) -> CheckedOrder:
+    """The order of schedule ``spec`` with its ``options`` bound, checked, after checking the
+    spec's own declarations."""
     if spec.placement not in PLACEMENTS:
         raise fault(owner, f"placement {spec.placement!r}; known: {', '.join(PLACEMENTS)}")
     if spec.chunks is not None and (not isinstance(spec.chunks, int) or spec.chunks < 1):
         raise fault(owner, f"chunks {spec.chunks!r}: a positive number of chunks per stage, or None")
-    return CheckedOrder(spec.order, owner, spec.placement)
+    return CheckedOrder(spec.order, owner, spec.placement, options)

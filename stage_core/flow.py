@@ -16,7 +16,7 @@ from typing import Any, Callable, ContextManager, Mapping, Sequence
 
 from . import __version__, guard, hardware
 from .autodiff import OptimizerConfig, differentiate
-from .checks import Degrees, check_declarations, check_model_graph, checked_order
+from .checks import Degrees, axis_parts, check_declarations, check_model_graph, checked_order
 from .bounds import (DEFAULT_MAX_NODES, MAX_WORLD, Extrapolated, check_lower_bound, check_model_size, check_world,
                      lower_within)
 from .errors import StageError, TraceError, TraceReadError, TraceWriteError, UsageError
@@ -35,7 +35,7 @@ from .parallel.propagate import propagate
 from .planning import DEFAULT_MODEL, DEFAULT_PLAN
 from .plugins import PluginHost
 from .rankset import ranks_text
-from .records import HardwareSpec, ModelSpec
+from .records import HardwareSpec, ModelSpec, ScheduleSpec
 from .tasks import CONTEXT, DECODE, PREFILL, inference_graph
 from .timing import KernelTimer, time_programs
 from .trace import TraceJob, TraceSet
@@ -128,13 +128,17 @@ def _strategies(host: PluginHost, plan: Plan):
 
 
 def _check_options(host: PluginHost, plan: Plan) -> None:
-    """Every option the plan sets is declared by an installed strategy, with a value of its type."""
-    declared = {o.name: (s, o) for s in host.strategies() for o in s.options}
+    """Every option the plan sets is declared by an installed strategy or by the plan's
+    schedule, with a value of its type."""
+    declared = {o.name: (s, o) for s, o in host.options()}
     for name, value in plan.options:
         if name not in declared:
             known = ", ".join(sorted(declared)) or "none"
-            raise UsageError(f"plan option {name!r}: no installed strategy declares it (options: {known})")
-        _, opt = declared[name]
+            raise UsageError(f"plan option {name!r}: no installed strategy or schedule declares it (options: {known})")
+        owner, opt = declared[name]
+        if isinstance(owner, ScheduleSpec) and owner.name != plan.schedule:
+            raise UsageError(f"--{name} {value}: an option of schedule {owner.name}; the plan runs --schedule "
+                             f"{plan.schedule} (give --schedule {owner.name}, or leave --{name} out)")
         if opt.type is float and isinstance(value, int) and not isinstance(value, bool):
             continue
         if not isinstance(value, opt.type) or (opt.type is int and isinstance(value, bool)):
@@ -167,9 +171,12 @@ def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[st
     plan = resolve_lengths(plan, config)
     schedules = {s.name: s for s in host.schedules()}
     if plan.schedule not in schedules:
-        raise UsageError(f"--schedule {plan.schedule}: unknown schedule; known: {', '.join(schedules)}")
+        raise UsageError(f"--schedule {plan.schedule}: unknown schedule; known: {', '.join(schedules)}"
+                         f"{host.broken_hint()}")
+    _check_options(host, plan)
     schedule = schedules[plan.schedule]
-    order = checked_order(schedule, host.owner(schedule.plugin, "schedule", schedule.name))
+    order = checked_order(schedule, host.owner(schedule.plugin, "schedule", schedule.name),
+                          {o.dest: plan.option(o.name, o.default) for o in schedule.options})
     if schedule.chunks is not None and plan.pp > 1 and plan.virtual_stages != schedule.chunks:
         if plan.virtual_stages != 1:
             able = [s.name for s in schedules.values() if s.chunks in (None, plan.virtual_stages)]
@@ -179,7 +186,6 @@ def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[st
                              f" {schedule.name} runs {schedule.chunks}")
         plan = plan.replace(virtual_stages=schedule.chunks)  # the schedule's own chunks (ZB-V's 2)
     strategies = _strategies(host, plan)
-    _check_options(host, plan)
 
     forward, task_graph = model_graphs(spec, config, plan, model_owner)
     check_positions(plan, config.name, forward.meta.get("max_positions"))
@@ -196,8 +202,9 @@ def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[st
         check_lower_bound(len(forward.kernels()), plan, set_limit)
 
     training = task_graph()
-    mesh = Mesh.from_plan(plan)
-    sharded = ShardedGraph(training, Degrees(plan.degrees()))
+    parts = axis_parts(strategies, plan, lambda s: host.owner(s.plugin, "strategy", s.name))
+    mesh = Mesh.from_plan(plan, parts)
+    sharded = ShardedGraph(training, Degrees(plan.degrees(), parts))
     for s in strategies:
         sharded = check_declarations(s.apply(sharded, mesh, plan), sharded, mesh.degrees,
                                      host.owner(s.plugin, "strategy", s.name))
@@ -217,6 +224,8 @@ def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[st
                                programs, order)
     groups = GroupTable(mesh, lowered.group_keys)
     manifest = make_manifest(config, plan, mesh.world_size, lowered.reports, lowered.stage_layers)
+    if parts:  # the axes strategies carved out of others, with their degrees
+        manifest["plan"]["axes"] = {x: mesh.degrees[x] for split in parts.values() for x in (split[0], split[2])}
     programs = lowered.programs
     if gpu is not None:
         if isinstance(lowered, Extrapolated):

@@ -23,7 +23,7 @@ from .bounds import BYTES_PER_NODE, DEFAULT_MAX_NODES
 from .errors import UsageError
 from .guard import fault
 from .parallel.plan import CHOICES, COUNTS, DEFAULT_ORDER, Plan, divisors, flag, parse_stage_layers
-from .records import PlanSpec
+from .records import PlanSpec, ScheduleSpec
 
 DEFAULT_MODEL = "gpt-tiny"
 DEFAULT_PLAN = Plan(dp=8)
@@ -99,7 +99,8 @@ def add_plan_flags(p: argparse.ArgumentParser, host=None) -> None:
     _host_choice_flag(g, "--schedule", schedules, Plan().schedule, "pipeline schedule")
     _count_flag(g, "virtual_stages", "V", "virtual stages per pipeline rank (default 1)")
     g.add_argument("--stage-layers", metavar="auto|N,N,...",
-                   help="layers per pipeline stage (pp x virtual-stages counts, in order), or auto: balanced by "
+                   help="layers per pipeline stage (pp x virtual-stages counts, in order; NxK for K stages of N; "
+                        "the first and last may be 0: the embedding or the head alone), or auto: balanced by "
                         "compute, the embedding and the LM head counted as one layer each (default: an even split)")
     _choice_flag(g, "grad_dtype", "gradient buffers and their reduction (Megatron keeps fp32 main grads)")
     _choice_flag(g, "optimizer_dtype", "master weights, momentum and variance")
@@ -135,14 +136,15 @@ def add_plan_flags(p: argparse.ArgumentParser, host=None) -> None:
 
 
 def _add_option_flags(p: argparse.ArgumentParser, host) -> None:
-    """The options strategies declare (:class:`~stage_core.records.OptionSpec`), one flag
-    each, grouped under the strategy and its plugin."""
-    for spec in host.strategies():
-        if not spec.options:
-            continue
-        g = p.add_argument_group(f"strategy {spec.name} (plugin {spec.plugin})")
-        for opt in spec.options:
-            opt.add_to(g)
+    """The options strategies and schedules declare (:class:`~stage_core.records.OptionSpec`),
+    one flag each, grouped under the strategy or schedule and its plugin."""
+    groups: dict[int, Any] = {}
+    for spec, opt in host.options():
+        g = groups.get(id(spec))
+        if g is None:
+            kind = "schedule" if isinstance(spec, ScheduleSpec) else "strategy"
+            g = groups[id(spec)] = p.add_argument_group(f"{kind} {spec.name} (plugin {spec.plugin})")
+        opt.add_to(g)
 
 
 def add_gpu_flag(p: argparse.ArgumentParser, host=None) -> None:
@@ -369,14 +371,13 @@ def _request(args: argparse.Namespace, host, used_default: bool, plan_name: str 
 
 
 def _options(args: argparse.Namespace, host) -> tuple[tuple[str, Any], ...]:
-    """The strategy options given (each strategy's default is left out, so a plan names
-    only what was chosen)."""
+    """The strategy and schedule options given (each option's default is left out, so a
+    plan names only what was chosen)."""
     if host is None:
         return ()
     out = []
-    for spec in host.strategies():
-        for opt in spec.options:
-            value = getattr(args, opt.dest, None)
-            if value is not None and value != opt.default:
-                out.append((opt.name, value))
+    for _, opt in host.options():
+        value = getattr(args, opt.dest, None)
+        if value is not None and value != opt.default:
+            out.append((opt.name, value))
     return tuple(sorted(out))

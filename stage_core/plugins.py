@@ -28,7 +28,7 @@ from .guard import Guarded, Owner, PluginFault, guard_record
 from .hookspecs import PROJECT
 from .models import read_hf
 from .records import (BackendSpec, CommandSpec, ComputeModelSpec, EstimatorSpec, ExecutorSpec, HardwareSpec, ModelSpec,
-                      PlanSpec, PluginInfo, ScheduleSpec, SimulatorSpec, StrategySpec)
+                      OptionSpec, PlanSpec, PluginInfo, ScheduleSpec, SimulatorSpec, StrategySpec)
 
 #: the record type each registration hook returns
 RECORD_TYPES = {
@@ -175,6 +175,22 @@ class PluginHost:
 
     def strategies(self) -> list[StrategySpec]:
         return self._collect("stage_strategies", "strategy")
+
+    def options(self) -> list[tuple[StrategySpec | ScheduleSpec, OptionSpec]]:
+        """Every option a strategy or a schedule declares, with its record (strategies
+        first); two records declaring one option name is an error naming both."""
+        out: list = []
+        seen: dict[str, Any] = {}
+        for record in [*self.strategies(), *self.schedules()]:
+            for opt in record.options:
+                other = seen.get(opt.name)
+                if other is not None:
+                    raise PluginError(
+                        f"option --{opt.name} is declared twice: by {other.name!r} (plugin {other.plugin!r}) and "
+                        f"by {record.name!r} (plugin {record.plugin!r}); block one with {DISABLE_ENV}")
+                seen[opt.name] = record
+                out.append((record, opt))
+        return out
 
     def schedules(self) -> list[ScheduleSpec]:
         return self._collect("stage_schedules", "schedule")
@@ -328,7 +344,7 @@ class PluginHost:
         add("models", [p for s in self.models() for p in
                        [dataclasses.replace(s, name=n) for n in sorted(s.presets)]])
         add("strategies", self.strategies())
-        add("options", [dataclasses.replace(s, name=f"--{o.name}") for s in self.strategies() for o in s.options])
+        add("options", [dataclasses.replace(s, name=f"--{o.name}") for s, o in self.options()])
         add("schedules", self.schedules())
         add("trace_backends", self.backends())
         add("commands", self.commands())

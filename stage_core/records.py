@@ -56,14 +56,14 @@ _OPTION_TYPES = (int, float, str, bool)
 
 @dataclass(frozen=True)
 class OptionSpec:
-    """An option of a strategy: ``--<name>`` on every command that takes a plan.
+    """An option of a strategy or a schedule: ``--<name>`` on every command that takes a plan.
 
     ``name`` is the flag without its dashes (``"shard-group"``), also its key in plan
     settings, in ``Plan.options`` and in the manifest's ``plan.options``.  ``type`` is
     ``int``, ``float``, ``str`` or ``bool`` (a switch: ``--name``/``--no-name``);
     ``choices`` limits the values.  The strategy reads the value with
     ``plan.option(name, default)``; a plan records only options given a value other
-    than ``default``.
+    than ``default``; a schedule's ``order`` gets it as a keyword argument.
     """
 
     name: str
@@ -149,15 +149,19 @@ class ScheduleSpec:
     per rank the schedule runs (ZB-V: 2; None: the plan's ``--virtual-stages``);
     ``placement``: which model chunk a rank's chunk is, ``"loop"`` (interleaved: rank i
     holds chunks i, i + pp, ...) or ``"v"`` (down and back up: rank i holds chunks i and
-    2·pp − 1 − i).  ``source``: where the schedule is published.
+    2·pp − 1 − i).  ``source``: where the schedule is published.  ``options``: the
+    schedule's own flags (:class:`OptionSpec`, as a strategy's); ``order`` is called with
+    each as a keyword argument named by its ``dest`` (``--round-size`` → ``round_size``),
+    valued from the plan or the option's default, so give those parameters defaults.
     """
 
     name: str
-    order: Callable[[int, int, int], Sequence[Sequence[tuple[str, int, int]]]]
+    order: Callable[..., Sequence[Sequence[tuple[str, int, int]]]]
     description: str = ""
     chunks: int | None = None
     placement: str = "loop"
     source: str = ""
+    options: tuple[OptionSpec, ...] = ()
     plugin: str = ""
 
 

@@ -471,9 +471,10 @@ def assert_tp_shards_or_warns(host: PluginHost, model: str, overrides=None) -> s
 SCHEDULE_CASES = ((2, 1, 1), (2, 4, 1), (4, 4, 1), (4, 8, 1), (4, 16, 1), (8, 8, 1), (2, 4, 2), (4, 8, 2))
 
 
-def assert_schedule_structure(host: PluginHost, schedule: str, cases=SCHEDULE_CASES) -> int:
+def assert_schedule_structure(host: PluginHost, schedule: str, cases=SCHEDULE_CASES, options=None) -> int:
     """The schedule's orders have the structure the host requires (stage_core.schedule.steps)
-    for every case its chunks allow; returns how many cases ran."""
+    for every case its chunks allow, with its ``options`` (keyword arguments of its order, by
+    ``dest``); returns how many cases ran."""
     from .schedule.steps import order_problem
 
     spec = next((s for s in host.schedules() if s.name == schedule), None)
@@ -483,7 +484,7 @@ def assert_schedule_structure(host: PluginHost, schedule: str, cases=SCHEDULE_CA
         if spec.chunks is not None and v != spec.chunks:
             continue
         try:
-            order = spec.order(pp, m, v)
+            order = spec.order(pp, m, v, **(options or {}))
         except Exception as exc:  # noqa: BLE001 - a schedule may refuse a case (a UsageError) but not crash
             from .errors import UsageError
 
@@ -508,21 +509,24 @@ def assert_schedule_like_1f1b(host: PluginHost, schedule: str, directory: Path, 
     schedule of 2 chunks a stage, as interleaved 1F1B with 2 virtual stages; for a placement
     other than "loop", the same FLOPs over the job), its set
     validates and every rank finishes in the replay of the simulator's rules, and in a
-    simulator where one is installed and available.  Returns per plan what was compared."""
+    simulator where one is installed and available.  A schedule that runs the plan's
+    ``--virtual-stages`` (``chunks`` None) runs each plan's; a plan may set the schedule's
+    options (``plan.with_options``).  Returns per plan what was compared."""
     from .flow import write_trace_set
     from .validate import examine
 
     spec = next(s for s in host.schedules() if s.name == schedule)
-    chunks = spec.chunks or 1
     plans = plans or [Plan(pp=pp, micro_batches=m, dp=1) for pp, m in ((2, 4), (4, 8))]
     simulators = [s for s in host.simulators() if s.available() is None]
     out = []
     for i, plan in enumerate(plans):
+        chunks = spec.chunks if spec.chunks is not None else plan.virtual_stages
         plan = plan.replace(schedule=schedule, virtual_stages=chunks)
         layers = {"layers": str(plan.pp * chunks * 2)} if model == "toy" else {}
         extra = {**layers, **(overrides or {})}
         mine = _plan(host, model, plan, extra)
-        base_plan = plan.replace(schedule="interleaved" if chunks > 1 else "1f1b")
+        base_plan = plan.replace(schedule="interleaved" if chunks > 1 else "1f1b").with_options(
+            **{o.name: None for o in spec.options})
         if chunks > 1 and base_plan.micro_batches % base_plan.pp:
             base_plan = base_plan.replace(micro_batches=plan.pp * -(-plan.micro_batches // plan.pp))
         base = _plan(host, model, base_plan, extra)

@@ -29,7 +29,7 @@ from ..timing import node_kernel
 from ..ir.ops import BACKWARD, FORWARD, MATMUL, OPTIMIZER, Op, parse_spec
 from ..ir.tensor import DTYPE_BYTES, Role, Tensor
 from ..trace import COMM_KEYS, CollectiveType, NodeType, ProgramNode, RankProgram
-from .mesh import Mesh, canonical_key
+from .mesh import Mesh
 from .placement import FLAT, Partial, Shard, layout_key
 from .plan import Plan
 from .overlap import Background, place
@@ -318,6 +318,7 @@ class _Program:
         self.chunk_hold: dict[int, int] = {}  # of which a split backward's W still holds after its B
         self.background: dict[int, Background] = {}
         self.last_gather: int | None = None  # the step's last parameter gather (ZeRO-3)
+        self.gathered: dict[tuple, tuple[int, ...]] = {}  # kept gathered parameters: (tensor, layout key) -> gather
         self.not_before: int | None = None  # nodes emitted now wait for this one (recompute)
 
     def _deps(self, deps) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -409,6 +410,7 @@ class Lowerer:
         self._chunk_ops: dict[tuple[int, int], tuple[list[Op], list[Op]]] = {}
         self._emissions: dict[Op, tuple] = {}
         self._gathers: dict[int, dict] = {}
+        self._gather_bytes: dict[tuple, int] = {}  # (parameter, gathered layout key) -> bytes of its shard
         self.fwd_ops = [op for op in prop.ops if op.phase == FORWARD]
         self.bwd_ops = [op for op in prop.ops if op.phase == BACKWARD]
         self.recompute_set = self._recompute_ops()
@@ -601,6 +603,27 @@ class Lowerer:
             prog.last_gather = nid
             for t, layout_key_ in gathered:
                 versions[(t, layout_key_)] = (nid,)
+                if self.sg.keep_gathered:
+                    prog.gathered[(t, layout_key_)] = (nid,)
+
+    def step_gathers(self, prog: _Program, chunk: int, versions: dict) -> dict:
+        """The gathers a step of ``chunk`` emits (:meth:`layer_gathers`).  Parameters kept
+        gathered (``keep_gathered``: FSDP without resharding) are gathered at their first
+        use in the step only: later steps read the kept copies (``versions`` gets them)."""
+        gathers = self.layer_gathers(chunk)
+        if not self.sg.keep_gathered:
+            return gathers
+        versions.update(prog.gathered)
+        out = {}
+        for layer, units in gathers.items():
+            left = []
+            for key, _, tensors in units:
+                todo = [(t, k) for t, k in tensors if (t, k) not in prog.gathered]
+                if todo:
+                    left.append((key, sum(self._gather_bytes[(t, k)] for t, k in todo), todo))
+            if left:
+                out[layer] = left
+        return out
 
     def layer_gathers(self, chunk: int) -> dict:
         """FSDP units of a chunk: per layer (None = outside the layers), the all-gathers of
@@ -612,21 +635,37 @@ class Lowerer:
             return dict(got)
         steps: dict = {}
         for op in self.chunk_ops(self.fwd_ops, chunk):
-            for r in self.prop.plan(op).pre:
-                if r.param_gather:
-                    lst = steps.setdefault(op.layer, {}).setdefault(r.tensor, [])
-                    if all(x.axis != r.axis for x in lst):
-                        lst.append(r)
+            for t in op.inputs:
+                # propagation plans a parameter's gather once, at its first reader; a parameter
+                # read in other chunks too (a tied embedding's head) is gathered in each
+                if t in self.param_gathers and all(t not in unit for unit in steps.values()):
+                    steps.setdefault(op.layer, {})[t] = list(self.param_gathers[t])
         got = {}
         for layer, by_tensor in steps.items():
             by_key: dict[str, list[list[Redistribute]]] = {}
             for rs in by_tensor.values():
-                by_key.setdefault(canonical_key(r.axis for r in rs), []).append(rs)
-            got[layer] = [(key, sum(self.sizes.nbytes(rs[0].tensor, rs[0].before) for rs in tensors),
+                by_key.setdefault(self.mesh.key(r.axis for r in rs), []).append(rs)
+            for rs in by_tensor.values():
+                self._gather_bytes[(rs[0].tensor, self.lk(rs[-1].after))] = self.sizes.nbytes(rs[0].tensor,
+                                                                                              rs[0].before)
+            got[layer] = [(key, sum(self._gather_bytes[(rs[0].tensor, self.lk(rs[-1].after))] for rs in tensors),
                            [(rs[0].tensor, self.lk(rs[-1].after)) for rs in tensors])
                           for key, tensors in by_key.items()]
         self._gathers[chunk] = got
         return dict(got)
+
+    @cached_property
+    def param_gathers(self) -> dict[Tensor, list[Redistribute]]:
+        """Per parameter stored sharded (ZeRO-3), the gathers that make its compute layout,
+        one per axis, from the forward op propagation planned them at."""
+        out: dict[Tensor, list[Redistribute]] = {}
+        for op in self.fwd_ops:
+            for r in self.prop.plan(op).pre:
+                if r.param_gather:
+                    lst = out.setdefault(r.tensor, [])
+                    if all(x.axis != r.axis for x in lst):
+                        lst.append(r)
+        return out
 
     # ------------------------------------------------------------------ pipeline chunks
     @cached_property
@@ -813,7 +852,7 @@ class Lowerer:
             return out
 
         def forward_units(m: int, c: int, versions: dict, tag: str) -> list:
-            gathers = self.layer_gathers(c)
+            gathers = self.step_gathers(prog, c, versions)
 
             def unit(ops):
                 return lambda: [self.emit_op(prog, op, versions, f"{tag}.fwd", gathers, FORWARD) for op in ops]
@@ -821,7 +860,7 @@ class Lowerer:
             return [unit(ops) for ops in runs_of(self.chunk_ops(self.fwd_ops, c))]
 
         def backward_units(m: int, c: int, versions: dict, tag: str, kind: str, splitting: bool) -> list:
-            gathers = self.layer_gathers(c)  # gathered again for backward
+            gathers = self.step_gathers(prog, c, versions)  # gathered again for backward (unless kept)
             recomputed: set = set()
             if kind == "W":  # the weight gradients of a split backward (recomputed inputs were kept since B)
                 ops = [op for op in self.chunk_ops(self.bwd_ops, c) if op in weight]
@@ -949,9 +988,18 @@ class Lowerer:
 
     def grad_axes(self, p: Tensor) -> tuple[str, ...]:
         """The axes ``p``'s gradient is reduced over: cp and dp, or for an expert weight the
-        expert-data-parallel axis (Megatron's expert-data-parallel group)."""
-        axes = ("edp",) if p in self.prop.expert else ("cp", "dp")
-        return tuple(a for a in axes if self.sg.active(a) and a in self.sg.grad_target)
+        expert-data-parallel axis (Megatron's expert-data-parallel group).  An axis a strategy
+        split (hybrid sharding's dp) counts as its parts, each reduced as its target says."""
+        axes = ("edp",) if p in self.prop.expert else self.mesh.expand(("cp", "dp"))
+        return tuple(a for a in axes if self.sg.active(a) and self.grad_target(a) is not None)
+
+    def grad_target(self, axis: str):
+        """What gradients reduce to over ``axis`` (a part of a split axis: its own, else its parent's)."""
+        got = self.sg.grad_target.get(axis)
+        if got is None:
+            parent = next((a for a, split in self.mesh.atoms.items() if axis in split), None)
+            got = self.sg.grad_target.get(parent) if parent is not None else None
+        return got
 
     def plan_buckets(self, stage: int) -> list[tuple[list[Tensor], Op, tuple[str, ...]]]:
         """A stage's parameters grouped in the order their gradients become final in backward,
@@ -977,21 +1025,33 @@ class Lowerer:
 
     def emit_bucket_sync(self, prog: _Program, i: int, bucket: list[Tensor], axes: tuple[str, ...],
                          versions: dict) -> list[int]:
-        """The data-parallel reduction of one bucket: all-reduce, or reduce-scatter under ZeRO."""
+        """The data-parallel reduction of one bucket: all-reduce, or reduce-scatter under ZeRO;
+        over axes some of which shard and some not (hybrid sharding: a shard group inside dp,
+        replicated across), a reduce-scatter inside the sharding axes, then an all-reduce of
+        the shard across the others."""
         deps = [d for p in bucket for d in versions.get((self.g.grads[p], None), ())]
         if not axes:
             return deps
-        key = canonical_key(axes)
-        dp_deg = self.sizes.deg(axes)
         numel = sum(self.sizes.numel(p, self.sg.compute_layout(p)) for p in bucket)
-        target = self.sg.grad_target.get(axes[-1])
-        kind = CollectiveType.REDUCE_SCATTER if isinstance(target, Shard) else CollectiveType.ALL_REDUCE
-        if kind == CollectiveType.REDUCE_SCATTER:
-            numel = -(-numel // dp_deg) * dp_deg  # buckets are padded to a multiple of the group size
-        size = numel * DTYPE_BYTES[self.plan.grad_dtype]
-        # background: released once the bucket's last gradient is final
-        return [prog.coll(f"grad_sync.bucket{i}:{COMM_KEYS[kind]}.{key}", kind, size, self.key(key), deps,
-                          release=-1, group_size=dp_deg)]
+        item = DTYPE_BYTES[self.plan.grad_dtype]
+        sharding = [a for a in axes if isinstance(self.grad_target(a), Shard)]
+        rest = [a for a in axes if a not in sharding]
+        out = deps
+        if sharding:
+            n = self.sizes.deg(sharding)
+            numel = -(-numel // n) * n  # buckets are padded to a multiple of the group size
+            key = self.mesh.key(sharding)
+            # background: released once the bucket's last gradient is final
+            kind = CollectiveType.REDUCE_SCATTER
+            out = [prog.coll(f"grad_sync.bucket{i}:{COMM_KEYS[kind]}.{key}", kind, numel * item, self.key(key), out,
+                             release=-1, group_size=n)]
+            numel //= n
+        if rest:
+            key = self.mesh.key(rest)
+            kind = CollectiveType.ALL_REDUCE
+            out = [prog.coll(f"grad_sync.bucket{i}:{COMM_KEYS[kind]}.{key}", kind, numel * item, self.key(key), out,
+                             release=-1, group_size=self.sizes.deg(rest))]
+        return out
 
     def emit_optimizer(self, prog: _Program, stage: int, buckets, syncs: dict[int, list[int]], versions) -> None:
         sg = self.sg
@@ -1033,7 +1093,7 @@ class Lowerer:
             if axes and opt_shard > 1 and replicated:
                 # the updated shards go back to every replica (ZeRO-1/2); sharded
                 # parameters (ZeRO-3) stay sharded and are gathered where used
-                key = canonical_key(axes)
+                key = self.mesh.key(a for a in axes if a in sg.optimizer_sharded)
                 prog.coll(f"optimizer.bucket{i}:all_gather.{key}:params", CollectiveType.ALL_GATHER,
                           local * param_item, self.key(key), [nid])
 
@@ -1042,6 +1102,9 @@ class Lowerer:
         sg = self.sg
         held = self.stage_params(stage)
         params = sum(self.sizes.nbytes(p, sg.storage_layout(p)) for p in held)
+        if sg.keep_gathered:  # the gathered copies, kept the whole step beside the shards
+            params += sum(self.sizes.nbytes(p, sg.compute_layout(p)) for p in held
+                          if layout_key(sg.storage_layout(p)) != layout_key(sg.compute_layout(p)))
         grads = optimizer = 0
         grad_item = DTYPE_BYTES[self.plan.grad_dtype]
         for p in held:

@@ -11,6 +11,12 @@ expert tensor-parallel degree ``etp`` and dp as the expert data-parallel degree
 ``edp`` = tp·cp·dp / (etp·ep), so the axes ``etp``, ``ep``, ``edp`` and ``pp`` factor
 the world again.  A key names axes of one view only.
 
+A strategy may carve an axis of its own out of one of these (``AxisSpec``: hybrid
+sharding's shard group inside dp): ``parts = {"dp": ("dps", 8, "dpr")}`` splits dp into
+``dps``, its fastest 8 ranks, and ``dpr``, the rest (dp / 8, one rank of each block).
+The decoder view then counts in those parts (its *atoms*): a key naming ``dp`` spans
+``dps`` and ``dpr``; ``dp`` keeps its own coordinate and degree.
+
 A process group along a *key* (one axis, or several joined by ``+`` such as
 ``"cp+dp"``) is the set of ranks that share every coordinate not in the key.  An
 axis may be restricted to some of its coordinates, ``"pp@0,3"``: the first and last
@@ -29,7 +35,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from itertools import combinations
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -40,12 +46,14 @@ EXPERT_AXES = ("etp", "ep", "edp")
 _KEY_ORDER = RANK_AXES + EXPERT_AXES
 
 
-def canonical_key(axes: Iterable[str]) -> str:
+def canonical_key(axes: Iterable[str], order: Sequence[str] = _KEY_ORDER) -> str:
+    """``axes`` joined in the mesh's key order (a mesh with axes of strategies' own:
+    :attr:`Mesh.key_order`)."""
     axes = set(axes)
-    unknown = axes - set(_KEY_ORDER)
+    unknown = axes - set(order)
     if unknown:
-        raise ValueError(f"unknown mesh axes {sorted(unknown)}; known: {_KEY_ORDER}")
-    return "+".join(a for a in _KEY_ORDER if a in axes)
+        raise ValueError(f"unknown mesh axes {sorted(unknown)}; known: {tuple(order)}")
+    return "+".join(a for a in order if a in axes)
 
 
 class _View:
@@ -64,14 +72,36 @@ class _View:
 
 class Mesh:
     def __init__(self, degrees: Mapping[str, int], order: str = "tp-cp-ep-dp-pp", *,
-                 expert: Mapping[str, int] | None = None):
-        """``degrees`` of tp, cp, dp, pp; ``expert``: ``{"ep": .., "etp": ..}`` (default ep 1, etp = tp)."""
+                 expert: Mapping[str, int] | None = None,
+                 parts: Mapping[str, tuple[str, int, str]] | None = None):
+        """``degrees`` of tp, cp, dp, pp; ``expert``: ``{"ep": .., "etp": ..}`` (default ep 1, etp = tp);
+        ``parts``: axes carved out of one of them, ``{parent: (inner, inner degree, outer)}``."""
         self.degrees = {a: int(degrees.get(a, 1)) for a in RANK_AXES}
         names = order.split("-")
         self.order = [a for a in names if a != "ep"]
-        self.decoder = _View(self.order, self.degrees)
-        self.strides = self.decoder.strides
+        self.parts = dict(parts or {})
+        atoms: list[str] = []
+        atom_degrees = dict(self.degrees)
+        self.atoms: dict[str, tuple[str, ...]] = {}
+        for a in self.order:
+            split = self.parts.get(a)
+            if split is None:
+                atoms.append(a)
+                continue
+            inner, n, outer = split
+            if n < 1 or self.degrees[a] % n:
+                raise ValueError(f"{inner} degree {n} does not divide {a} degree {self.degrees[a]}")
+            atoms += [inner, outer]
+            atom_degrees.update({inner: n, outer: self.degrees[a] // n})
+            self.atoms[a] = (inner, outer)
+        self.decoder = _View(atoms, atom_degrees)
+        self.strides = dict(self.decoder.strides)
+        for a, (inner, outer) in self.atoms.items():  # the parent keeps its own coordinate
+            self.strides[a] = self.strides[inner]
         self.world_size = self.decoder.size
+        #: the order keys name axes in: the decoder axes, each part after its parent, then the expert view's
+        self.key_order: tuple[str, ...] = tuple(
+            x for a in RANK_AXES for x in (a, *self.atoms.get(a, ()))) + EXPERT_AXES
         expert = dict(expert or {})
         ep = int(expert.get("ep", 1))
         etp = int(expert.get("etp") or self.degrees["tp"])
@@ -83,10 +113,20 @@ class Mesh:
         self.expert = _View(expert_order, {"etp": etp, "ep": ep, "edp": inner // (etp * ep),
                                            "pp": self.degrees["pp"]})
         self.degrees.update({a: self.expert.degrees[a] for a in EXPERT_AXES})
+        self.degrees.update({a: atom_degrees[a] for split in self.atoms.values() for a in split})
 
     @classmethod
-    def from_plan(cls, plan: Plan) -> "Mesh":
-        return cls({a: plan.degree(a) for a in RANK_AXES}, plan.order, expert={"ep": plan.ep, "etp": plan.expert_tp})
+    def from_plan(cls, plan: Plan, parts: Mapping[str, tuple[str, int, str]] | None = None) -> "Mesh":
+        return cls({a: plan.degree(a) for a in RANK_AXES}, plan.order, expert={"ep": plan.ep, "etp": plan.expert_tp},
+                   parts=parts)
+
+    def key(self, axes: Iterable[str]) -> str:
+        """The key of a group along ``axes``, in :attr:`key_order`."""
+        return canonical_key(axes, self.key_order)
+
+    def expand(self, axes: Iterable[str]) -> list[str]:
+        """``axes`` with each split axis as its parts (the decoder view's atoms)."""
+        return [x for a in axes for x in self.atoms.get(a, (a,))]
 
     @property
     def expert_stages_match(self) -> bool:
@@ -108,7 +148,8 @@ class Mesh:
         if "@" in key:
             return ("restricted", key)
         view = self.view(key)
-        runs = sorted((view.strides[a], view.degrees[a]) for a in self.key_axes(key) if view.degrees[a] > 1)
+        runs = sorted((view.strides[a], view.degrees[a]) for a in self.key_axes(key, atoms=True)
+                      if view.degrees[a] > 1)
         merged: list[list[int]] = []
         for stride, size in runs:
             if merged and merged[-1][0] * merged[-1][1] == stride:
@@ -119,8 +160,11 @@ class Mesh:
 
     def canonical(self, key: str) -> str:
         """``key``, or the decoder-view key with the same groups (an expert axis that
-        coincides with tp, cp, dp or a combination names no new groups)."""
-        if self.view(key) is self.decoder:
+        coincides with tp, cp, dp or a combination names no new groups, nor a part of a
+        split axis that is all of it)."""
+        if self.view(key) is self.decoder and not set(self.key_axes(key)) - set(RANK_AXES):
+            return key
+        if "@" in key:
             return key
         sig = self.signature(key)
         axes = [a for a in RANK_AXES if a != "pp" or "pp" in self.key_axes(key)]
@@ -132,8 +176,9 @@ class Mesh:
 
     # ------------------------------------------------------------------ coordinates
     def coord(self, rank: int, axis: str) -> int:
-        view = self.expert if axis in EXPERT_AXES else self.decoder
-        return (rank // view.strides[axis]) % view.degrees[axis]
+        if axis in EXPERT_AXES:
+            return (rank // self.expert.strides[axis]) % self.expert.degrees[axis]
+        return (rank // self.strides[axis]) % self.degrees[axis]
 
     def coords(self, rank: int) -> dict[str, int]:
         return {a: self.coord(rank, a) for a in self.order}
@@ -145,8 +190,9 @@ class Mesh:
         return sum(coords.get(a, 0) * self.strides[a] for a in self.order)
 
     def coord_array(self, ranks: np.ndarray, axis: str) -> np.ndarray:
-        view = self.expert if axis in EXPERT_AXES else self.decoder
-        return (np.asarray(ranks, dtype=np.int64) // view.strides[axis]) % view.degrees[axis]
+        if axis in EXPERT_AXES:
+            return (np.asarray(ranks, dtype=np.int64) // self.expert.strides[axis]) % self.expert.degrees[axis]
+        return (np.asarray(ranks, dtype=np.int64) // self.strides[axis]) % self.degrees[axis]
 
     # ------------------------------------------------------------------ groups
     @staticmethod
@@ -159,20 +205,30 @@ class Mesh:
             out.append((axis, tuple(int(c) for c in coords.split(",")) if coords else None))
         return out
 
-    def key_axes(self, key: str) -> list[str]:
-        return [axis for axis, _ in self._parts(key)]
+    def key_axes(self, key: str, atoms: bool = False) -> list[str]:
+        """The axes ``key`` names; ``atoms``: with each split axis as its parts."""
+        axes = [axis for axis, _ in self._parts(key)]
+        return self.expand(axes) if atoms else axes
+
+    def _key_parts(self, key: str) -> dict[str, tuple[int, ...] | None]:
+        """{atom: its coordinates in the key (None: all)}; a restricted axis is never split."""
+        out: dict[str, tuple[int, ...] | None] = {}
+        for axis, coords in self._parts(key):
+            for atom in self.atoms.get(axis, (axis,)):
+                out[atom] = coords
+        return out
 
     def group_size(self, key: str) -> int:
         view = self.view(key)
         n = 1
-        for axis, coords in self._parts(key):
+        for axis, coords in self._key_parts(key).items():
             n *= len(coords) if coords is not None else view.degrees[axis]
         return n
 
     def num_groups(self, key: str) -> int:
         view = self.view(key)
         n = 1
-        inside = set(self.key_axes(key))
+        inside = set(self.key_axes(key, atoms=True))
         for a in view.order:
             if a not in inside:
                 n *= view.degrees[a]
@@ -181,7 +237,7 @@ class Mesh:
     def group_index(self, key: str, rank: int) -> int:
         """Index of rank's group among the groups of ``key`` (mixed radix over the other axes)."""
         view = self.view(key)
-        inside = set(self.key_axes(key))
+        inside = set(self.key_axes(key, atoms=True))
         index, radix = 0, 1
         for a in view.order:
             if a in inside:
@@ -193,7 +249,7 @@ class Mesh:
     def group_index_array(self, key: str, ranks: np.ndarray) -> np.ndarray:
         """:meth:`group_index` of every rank in ``ranks``."""
         view = self.view(key)
-        inside = set(self.key_axes(key))
+        inside = set(self.key_axes(key, atoms=True))
         ranks = np.asarray(ranks, dtype=np.int64)
         index, radix = np.zeros(ranks.shape, dtype=np.int64), 1
         for a in view.order:
@@ -206,7 +262,7 @@ class Mesh:
     def all_group_members(self, key: str) -> np.ndarray:
         """Members of every group of ``key``: row ``g`` holds group ``g``'s ranks, ascending."""
         view = self.view(key)
-        parts = dict(self._parts(key))
+        parts = self._key_parts(key)
         base = np.zeros(1, dtype=np.int64)  # first rank of each group, in group_index order
         for a in view.order:
             if a not in parts:
@@ -220,7 +276,7 @@ class Mesh:
 
     def group_members(self, key: str, rank: int) -> list[int]:
         view = self.view(key)
-        parts = dict(self._parts(key))
+        parts = self._key_parts(key)
         inside = [a for a in view.order if a in parts]
         base = rank - sum((rank // view.strides[a]) % view.degrees[a] * view.strides[a] for a in inside)
         members = [base]
@@ -269,7 +325,7 @@ class GroupTable:
 
     def __init__(self, mesh: Mesh, keys: Iterable[str]):
         self.mesh = mesh
-        order = {a: i for i, a in enumerate(_KEY_ORDER)}
+        order = {a: i for i, a in enumerate(mesh.key_order)}
         self.keys: list[str] = sorted(
             set(keys), key=lambda k: (len(k.split("+")), [order[a.partition("@")[0]] for a in k.split("+")], k))
         self.offset: dict[str, int] = {}

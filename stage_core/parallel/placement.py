@@ -114,6 +114,10 @@ class ShardedGraph:
     prefer: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
     reuse_forward: set[str] = field(default_factory=set)  # axes on which backward reads tensors as forward moved them
     rings: set[str] = field(default_factory=set)  # axes over which a kernel that can streams its ring letter
+    # parameters stored sharded (ZeRO-3) are gathered once per step, at their first use, and kept to the
+    # optimizer step (FSDP without resharding after forward, as Llama 3 trains); False: gathered again
+    # for every micro-batch's forward and backward
+    keep_gathered: bool = False
     applied: list[str] = field(default_factory=list)
 
     def active(self, axis: str) -> bool:

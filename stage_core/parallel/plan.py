@@ -231,22 +231,33 @@ class Plan:
             raise UsageError(f"--stage-layers {text}: needs --pp above 1 (it gives the layers of each pipeline stage)")
         if value == "auto":
             return
+        # the first chunk may be the embedding alone and the last the head alone (0 layers: Llama 3's
+        # balance, arXiv 2407.21783 section 3.3.2); every other chunk runs a layer at least
         if not isinstance(value, tuple) or not value or any(
-                not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in value):
-            raise UsageError(f"--stage-layers {text}: expected auto or one positive layer count per stage, "
-                             f"comma-separated (e.g. 7,8,8,7)")
+                not isinstance(n, int) or isinstance(n, bool) or n < (0 if i in (0, len(value) - 1) else 1)
+                for i, n in enumerate(value)):
+            raise UsageError(f"--stage-layers {text}: expected auto or one layer count per stage, comma-separated "
+                             f"(e.g. 7,8,8,7): positive, but the first and last may be 0 (a stage of the "
+                             f"embedding or the head alone)")
 
 
 def parse_stage_layers(text: str) -> tuple[int, ...] | str:
-    """``"auto"`` or ``"7,8,8,7"`` (the --stage-layers flag) as the Plan field."""
+    """``"auto"`` or ``"7,8,8,7"`` (the --stage-layers flag) as the Plan field; ``NxK`` stands
+    for K stages of N layers (``"7,8x14,7"``)."""
     text = text.strip()
     if text == "auto":
         return text
     try:
-        return tuple(int(part) for part in text.split(","))
+        out: list[int] = []
+        for part in text.split(","):
+            count, times = part.split("x") if "x" in part else (part, "1")
+            if int(times) < 1:
+                raise ValueError(part)
+            out += [int(count)] * int(times)
+        return tuple(out)
     except ValueError:
-        raise UsageError(f"--stage-layers {text}: expected auto or one positive layer count per stage, "
-                         f"comma-separated (e.g. 7,8,8,7)") from None
+        raise UsageError(f"--stage-layers {text}: expected auto or one layer count per stage, comma-separated "
+                         f"(e.g. 7,8,8,7; NxK for K stages of N: 7,8x14,7)") from None
 
 
 def divisors(n: int, trials: int = 10**6) -> list[int]:

@@ -156,7 +156,9 @@ class _Propagator:
     def __init__(self, sg: ShardedGraph):
         self.sg = sg
         self.g: Graph = sg.graph
-        self.axes = [a for a in RANK_AXES if sg.active(a)]
+        # the rank axes, then the parts strategies carved out of them (hybrid sharding's shard group)
+        parts = [x for inner, _, outer in getattr(sg.degrees, "parts", {}).values() for x in (inner, outer)]
+        self.axes = [a for a in (*RANK_AXES, *parts) if sg.active(a)]
         self.expert_axes = [a for a in EXPERT_AXES if sg.active(a)]
         self.params = set(self.g.params)
         self.expert = moe.expert_tensors(self.g)

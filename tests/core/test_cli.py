@@ -76,7 +76,7 @@ def one_line_error(status, err, *needles):
     (["--model", "toy", "--set", "nope=1"], ["nope", "valid fields"]),
     (["--model", "toy", "--format", "xml"], ["--format xml", "jsonl"]),
     (["--model", "toy", "--bogus"], ["unrecognized arguments: --bogus"]),
-    (["--model", "toy", "--stage-layers", "2,x"], ["--stage-layers 2,x", "auto or one positive layer count"]),
+    (["--model", "toy", "--stage-layers", "2,x"], ["--stage-layers 2,x", "auto or one layer count per stage"]),
     (["--model", "toy", "--stage-layers", "2"], ["--stage-layers 2", "needs --pp above 1"]),
     (["--model", "toy", "--dp", "4", "--ep", "3"], ["--ep 3", "carved out of dp*cp = 4", "valid: 1, 2, 4"]),
     (["--model", "toy", "--dp", "2", "--etp", "0"], ["--etp 0", "positive"]),

@@ -1,6 +1,7 @@
 """The schedule plugins in the real simulator: ZB-H1, ZB-H2, ZB-V and DualPipeV against 1F1B on
 one plan timed on an H100 (every rank finishes, the same matmul FLOPs, a shorter step), DualPipeV
-on a DeepSeek-V3-shaped MoE with experts over data parallel, and a third party's schedule
+on a DeepSeek-V3-shaped MoE with experts over data parallel, Llama 3's flexible interleaved
+schedule with micro-batches that are not a multiple of pp, and a third party's schedule
 installed from its own folder."""
 
 from __future__ import annotations
@@ -55,6 +56,25 @@ def test_zb_v_sends_twice_the_pipeline_bytes(runs):
     # two chunk boundaries a stage; the turn on the last stage stays on it
     v, f1 = runs["zb-v"][0].manifest["rank_classes"], runs["1f1b"][0].manifest["rank_classes"]
     assert sum(rc["comm_bytes"]["send"] for rc in v) == 2 * sum(rc["comm_bytes"]["send"] for rc in f1)
+
+
+@pytest.mark.parametrize("micro_batches,options", [(6, {}), (10, {"round_size": 5}), (3, {})])
+def test_llama3s_schedule_runs_any_micro_batch_count(host, tmp_path, micro_batches, options, replay_and_simulate):
+    # pp 4 with 2 chunks a stage: 6 and 10 micro-batches are no multiple of 4 (interleaved 1F1B refuses them),
+    # 10 in the paper's Figure 6 rounds of N = 5, 3 fewer than the stages; every rank finishes, the job's
+    # matmuls are 1F1B's, and the interleaving shortens the step (bubble (pp-1)/(V·M) against (pp-1)/M)
+    hw = resolve(host, "h100")
+    plan = Plan(pp=4, micro_batches=micro_batches, seq_len=2048, schedule="llama3", virtual_stages=2)
+    result = plan_job(host, LLAMA[0], LLAMA[1], plan.with_options(**options), hw)
+    base = plan_job(host, LLAMA[0], LLAMA[1], plan.replace(schedule="1f1b", virtual_stages=1), hw)
+    steps = []
+    for r, name in ((result, "llama3"), (base, "1f1b")):
+        verdict, status, got = replay_and_simulate(write_trace_set(host, r, tmp_path / name))
+        assert verdict.finishes and status == 0 and got["summary"]["finished_ranks"] == 4
+        steps.append(got["summary"]["max_finish_time_ns"])
+    assert [sum(rc["flops"]["matmul"] for rc in r.manifest["rank_classes"]) for r in (result, base)] == [
+        sum(rc["flops"]["matmul"] for rc in base.manifest["rank_classes"])] * 2
+    assert steps[0] < steps[1]
 
 
 def exposed_all_to_all_us(timeline: Path) -> dict[int, float]:

@@ -16,20 +16,28 @@ LLAMA3 = "Llama 3 (arXiv 2407.21783) Table 4"
 LLAMA3_ORDER = "tp-cp-ep-pp-dp"
 
 
+#: Llama 3 405B's 126 layers over 16 stages x 8 one-layer chunks, one layer fewer on the first and last
+#: stage: the first chunk is the embedding alone, the last the output projection and loss alone
+LLAMA3_CHUNKS = 8
+LLAMA3_STAGE_LAYERS = "0,1x126,0"
+
+
 def _llama3(name: str, gpus: str, degrees: dict, seq_len: int, batch_per_dp_group: int, extra: str = "",
             **more) -> PlanSpec:
-    settings = {"model": "llama3-405b", **degrees, "sp": True, "zero": 3, "stage-layers": "auto",
+    settings = {"model": "llama3-405b", **degrees, "sp": True, "zero": 3, "zero-reshard": False,
+                "schedule": "llama3", "virtual-stages": LLAMA3_CHUNKS, "stage-layers": LLAMA3_STAGE_LAYERS,
                 "seq-len": seq_len, "micro-batch-size": 1,
                 "global-batch": batch_per_dp_group * degrees["dp"], "order": LLAMA3_ORDER, "gpu": "h100", **more}
     return PlanSpec(
-        name=name, settings=settings, source=LLAMA3,
+        name=name, settings=settings, source=LLAMA3 + "; section 3.3.2 for the schedule and FSDP",
         description=(f"Llama 3 405B on {gpus} H100s: {batch_per_dp_group} sequences of {seq_len:,} tokens per DP "
-                     f"group (16M tokens per step), DP as FSDP, TP with sequence parallel, 126 layers as 7, 8x14, 7 "
-                     f"over 16 stages (the paper's first and last stage one layer short), 1F1B, micro-batch 1"
-                     f"{extra}. Where the paper is not followed: it runs its own interleaved schedule (the number "
-                     f"of virtual stages is not published), and its FSDP does not reshard weights after forward, "
-                     f"where ZeRO-3 here gathers them again for every micro-batch's backward (ZeRO-1 or 2, which "
-                     f"keep the weights, come nearest)"))
+                     f"group (16M tokens per step), micro-batch 1; TP with sequence parallel; DP as FSDP that "
+                     f"shards gradients and optimizer state and does not reshard weights after forward "
+                     f"(gathered once per step: ZeRO-3 with --no-zero-reshard); PP with the paper's interleaved "
+                     f"schedule (--schedule llama3, N = pp contiguous micro-batches a round) over 16 stages x "
+                     f"{LLAMA3_CHUNKS} one-layer chunks, one layer fewer on the first and last stage: the first "
+                     f"chunk is the embedding alone, the last the output projection and loss alone"
+                     f"{extra}. Needs stage-schedule-llama3 (the schedule)"))
 
 
 def builtin_plans() -> list[PlanSpec]:

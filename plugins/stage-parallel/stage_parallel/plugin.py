@@ -27,7 +27,11 @@ def stage_strategies():
         StrategySpec("sp", "tp", s.validate_sp, s.apply_sp, order=30,
                      description="Megatron sequence parallel: norms and dropout on s/t, all-gather/reduce-scatter"),
         StrategySpec("zero", "dp", s.validate_zero, s.apply_zero, order=40,
-                     description="ZeRO stages 1-3 (3 = FSDP): optimizer, gradients, parameters sharded over dp"),
+                     description="ZeRO stages 1-3 (3 = FSDP): optimizer, gradients, parameters sharded over dp",
+                     options=(OptionSpec(s.ZERO_RESHARD, bool, True,
+                                         "ZeRO-3: gather each layer's weights again for backward and every "
+                                         "micro-batch (FSDP's reshard after forward); --no-zero-reshard gathers "
+                                         "them once per step and keeps them (Llama 3's FSDP)"),)),
         StrategySpec("ep", "ep", s.validate_ep, s.apply_ep, order=45,
                      description="expert parallel (Megatron-Core): experts split over ep (carved out of dp x cp) "
                                  "and etp, tokens dispatched by all-to-all or all-gather, expert gradients "

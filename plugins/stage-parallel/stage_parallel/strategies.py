@@ -128,14 +128,26 @@ def apply_sp(sg: ShardedGraph, mesh, plan) -> ShardedGraph:
 # --------------------------------------------------------------------------- zero
 
 
+#: the zero strategy's option: reshard ZeRO-3's gathered weights after forward (FSDP's default)
+ZERO_RESHARD = "zero-reshard"
+
+
 def validate_zero(graph, plan) -> list[str]:
+    if not plan.option(ZERO_RESHARD, True) and plan.zero < 3:
+        return [f"--no-{ZERO_RESHARD}: keeps the weights ZeRO-3 gathers for the whole step; it needs --zero 3 "
+                f"(ZeRO-{plan.zero} keeps whole weights anyway)"]
     return []
 
 
 def apply_zero(sg: ShardedGraph, mesh, plan) -> ShardedGraph:
     """ZeRO over the data-parallel ranks, which are dp x cp with context parallel (as
-    Megatron's distributed optimizer shards over its data-parallel-with-CP group)."""
+    Megatron's distributed optimizer shards over its data-parallel-with-CP group).  With
+    ``--no-zero-reshard`` ZeRO-3's weights are gathered once per step, at their first use,
+    and kept (FSDP without resharding after forward, as Llama 3 trains: arXiv 2407.21783
+    section 3.3.2)."""
     stage = plan.zero
+    if stage >= 3 and not plan.option(ZERO_RESHARD, True):
+        sg.keep_gathered = True
     for axis in ("dp", "cp"):
         if not sg.active(axis) or axis not in sg.grad_target:
             continue

@@ -108,3 +108,42 @@ def test_zero_3_gathers_each_layer_before_forward_and_backward(traces):
         fwd_gather = next(n for n in gathers if f"fwd.layer{layer}" in n.name)
         first_use = min(n.id for n in nodes if n.name.startswith(f"mb0.fwd.layers.{layer}."))
         assert fwd_gather.id < first_use
+
+
+@pytest.mark.parametrize("pp", [1, 2])
+def test_zero_3_without_resharding_gathers_each_layer_once_per_step(traces, pp):
+    # Llama 3's FSDP (arXiv 2407.21783 section 3.3.2): weights gathered at their first use in the
+    # step and kept, not gathered again for backward or the next micro-batch; gradients
+    # reduce-scattered once as ZeRO-3's
+    dp, m = 4, 3
+    plan = Plan(dp=dp, zero=3, pp=pp, micro_batches=m, stage_layers=(1, 2) if pp == 2 else None)
+    kept, ts, ranks = traces(plan.with_options(zero_reshard=False), overrides=TOY)
+    resharded, ts3, ranks3 = traces(plan, overrides=TOY)
+    psi = param_counts(kept.forward)[0]
+    gathered = rs_total = 0
+    for stage, rc in enumerate(kept.manifest["rank_classes"]):
+        nodes = ranks[rc["ranks"][0]]
+        gathers = [n for n in nodes if n.type == NodeType.COMM_COLL and C(n.attr("comm_type")) == C.ALL_GATHER]
+        units = {n.name.split(":")[0].split(".")[-1] for n in gathers}  # layer0, ..., outside_layers
+        assert len(gathers) == len(units)  # one gather a unit, in micro-batch 0's forward
+        assert all(n.name.startswith("mb0.") and ".fwd." in n.name for n in gathers)
+        gathered += sum(n.attr("comm_size") for n in gathers)
+        rs_total += sum(n.attr("comm_size") for n in nodes if n.type == NodeType.COMM_COLL
+                        and C(n.attr("comm_type")) == C.REDUCE_SCATTER)
+        # the next micro-batches and a layer's backward (its input gradients) read the kept copy:
+        # they wait on its gather (the embedding's backward reads no weight)
+        for g in gathers:
+            readers = [n for n in nodes if g.id in n.data_deps]
+            assert {r.name.split(".")[0] for r in readers} == {f"mb{k}" for k in range(m)}
+            assert ".layer" not in g.name or any(".bwd." in r.name for r in readers)
+    # each rank's bf16 shard, once; the toy's tied embedding (V x h = 128 x 64) is held, gathered and
+    # reduced by the first and the last stage both
+    tied = 128 * 64 if pp == 2 else 0
+    assert gathered == 2 * (psi + tied) // dp
+    assert rs_total == 2 * (psi + tied)
+    # ring volume: RS + one AG = the data-parallel all-reduce's (1x); ZeRO-3 resharding: RS + 2m AGs
+    ring = lambda s: (dp - 1) / dp * s  # noqa: E731
+    dp_volume = 2 * ring(2 * (psi + tied))
+    assert (ring(rs_total) + ring(gathered * dp)) / dp_volume == pytest.approx(1.0)
+    ag3 = sum(rc["comm_bytes"]["all_gather"] for rc in resharded.manifest["rank_classes"])
+    assert (ring(rs_total) + ring(ag3 * dp)) / dp_volume == pytest.approx((1 + 2 * m) / 2)

@@ -122,3 +122,23 @@ def test_dtypes_change_bytes_not_flops(host, traces):
     assert half["optimizer"] * 2 == full["optimizer"]  # 6 vs 12 bytes per parameter
     act32 = report(host, Plan(dp=2), dtype="fp32")
     assert act32["activations"] > full["activations"] and act32["parameters"] == 2 * full["parameters"]
+
+
+def test_zero_3_without_resharding_keeps_whole_weights_for_the_step(host):
+    # REFERENCE §2 with the gathered copy kept: 2Ψ/N (the shard) + 2Ψ (the whole weights) + (2 + 12)Ψ/N
+    nd = 64
+    psi = report(host, Plan(dp=nd), **GPT_7B5)["parameters"] // 2
+    mem = report(host, Plan(dp=nd, zero=3).with_options(zero_reshard=False), **GPT_7B5)
+    assert mem["parameters"] == pytest.approx(2 * psi / nd + 2 * psi, rel=1e-6)
+    assert mem["gradients"] + mem["optimizer"] == pytest.approx((2 + 12) * psi / nd, rel=1e-6)
+    state = mem["parameters"] + mem["gradients"] + mem["optimizer"]
+    assert state == pytest.approx((2 + 16 / nd) * psi, rel=1e-6)  # 7.5B: 15 + 1.875 = 16.9 GB
+    assert state / GB == pytest.approx(16.9, rel=0.01)
+
+
+def test_no_zero_reshard_needs_zero_3(host):
+    from stage_core.api import UsageError
+
+    with pytest.raises(UsageError, match=r"^--no-zero-reshard: keeps the weights ZeRO-3 gathers for the whole step; "
+                                         r"it needs --zero 3 \(ZeRO-1 keeps whole weights anyway\)$"):
+        plan_job(host, "toy", {}, Plan(dp=4, zero=1).with_options(zero_reshard=False))

@@ -92,9 +92,36 @@ def test_interleaved_chunks_take_their_own_counts(traces):
     (Plan(pp=3), 5, "valid --pp: 1, 5; or give --stage-layers auto"),
     (Plan(pp=4, stage_layers="auto"), 3, "4 stages for 3 layers; every stage needs at least one layer"),
     (Plan(stage_layers=(5,)), 5, "--stage-layers 5: needs --pp above 1"),
-    (Plan(pp=2, stage_layers=(5, 0)), 5, "--stage-layers 5,0: expected auto or one positive layer count"),
+    (Plan(pp=3, stage_layers=(3, 0, 2)), 5, "--stage-layers 3,0,2: expected auto or one layer count per stage, "
+                                            "comma-separated (e.g. 7,8,8,7): positive, but the first and last may "
+                                            "be 0"),
 ])
 def test_wrong_splits_are_refused_in_one_line(host, plan, layers, needle):
     with pytest.raises(UsageError) as err:
         plan_job(host, "toy", {"layers": str(layers)}, plan)
     assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_first_chunk_of_the_embedding_alone_and_a_last_of_the_head_alone(traces):
+    # Llama 3's balance (arXiv 2407.21783 section 3.3.2): one layer fewer on the first and last stage, so
+    # with one-layer chunks the first chunk is the embedding alone and the last the head alone. Toy, 4
+    # layers, pp 2 x 2 chunks as 0, 2, 2, 0: stage 0 runs chunks 0 (embedding) and 2, stage 1 chunks 1 and 3
+    m = 4
+    result, ts, ranks = traces(Plan(pp=2, virtual_stages=2, schedule="interleaved", micro_batches=m,
+                                    stage_layers=(0, 2, 2, 0)), overrides={"layers": "4"})
+    stages = by_stage(result)
+    assert result.manifest["plan"]["stage_layers"] == [0, 2, 2, 0]
+    assert [rc["memory_bytes"]["parameters"] // 2 for rc in stages] == [
+        EMBED_PARAMS + 2 * LAYER_PARAMS, 2 * LAYER_PARAMS + FINAL_NORM_PARAMS + EMBED_PARAMS]
+    # three chunk boundaries cross stages; each stage sends three activations (or their gradients) of
+    # s x b x h bf16 per micro-batch: stage 0 chunk 0 -> 1 and 2 -> 3 forward, 2 -> 1 backward
+    assert [rc["comm_bytes"]["send"] for rc in stages] == [3 * m * S * H * 2] * 2
+
+
+def test_stage_layers_spell_repeats_as_n_x_k():
+    from stage_core.api import plan_from_flags
+
+    plan = plan_from_flags(["--pp", "16", "--stage-layers", "7,8x14,7"]).plan
+    assert plan.stage_layers == (7,) + (8,) * 14 + (7,)  # Megatron's 405B split, as test_megatron_accounting
+    assert plan_from_flags(["--pp", "16", "--virtual-stages", "8", "--stage-layers", "0,1x126,0"]).plan.stage_layers \
+        == (0,) + (1,) * 126 + (0,)

@@ -1,0 +1,1 @@
+"""STAGE strategy plugin: hybrid sharded data parallel (--shard-group N)."""
