@@ -35,6 +35,7 @@ from typing import Any, ClassVar, Mapping
 
 from . import sym
 from .errors import UsageError
+from .inputs import read_json
 from .ir.graph import Graph
 from .ir.tensor import Role
 
@@ -398,12 +399,7 @@ def load_hf_config(source: Mapping[str, Any] | str | os.PathLike) -> tuple[Mappi
     path = Path(source)
     if path.is_dir():
         path = path / HF_LABEL
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"cannot read Hugging Face config {str(path)!r}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"Hugging Face config {str(path)!r} is not valid JSON: {exc}") from None
+    data = read_json(path, f"Hugging Face config {str(path)!r}")  # (regular files only, bounded in size and depth)
     if not isinstance(data, Mapping):
         raise UsageError(f"Hugging Face config {str(path)!r} must hold a JSON object")
     return data, str(path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 
 import pytest
 
@@ -219,10 +220,16 @@ def test_load_hf_config_from_a_dict_a_file_or_a_folder(tmp_path):
     assert load_hf_config(str(tmp_path / "config.json"))[0] == data
 
 
-@pytest.mark.parametrize("text,message", [(None, "cannot read"), ("{", "not valid JSON"), ("[1]", "JSON object")])
+@pytest.mark.parametrize("text,message", [(None, "cannot read"), ("{", "not valid JSON"), ("[1]", "JSON object"),
+                                          ("[" * 50_000 + "]" * 50_000, "nested too deep"),
+                                          ('{"a": ' + "9" * 5_000 + "}", "too long|digits"),
+                                          ("fifo", "not a regular file but a FIFO")])
 def test_load_hf_config_errors(tmp_path, text, message):
+    """Every unreadable config.json is one line (a FIFO is refused without blocking on it)."""
     path = tmp_path / "config.json"
-    if text is not None:
+    if text == "fifo":
+        os.mkfifo(path)
+    elif text is not None:
         path.write_text(text)
     with pytest.raises(UsageError, match=message):
         load_hf_config(path)

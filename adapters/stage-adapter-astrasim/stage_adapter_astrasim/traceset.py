@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stage_core.api import UsageError
+from stage_core.api import MAX_WORLD, UsageError, read_json
 
 TRACE_PREFIX = "trace"
 COMM_GROUPS = "comm_groups.json"
@@ -46,13 +45,6 @@ class TraceSet:
         return self.root / COMM_GROUPS
 
 
-def _read_json(path: Path):
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{path} is not valid JSON: {exc}") from None
-
-
 def open_trace_set(directory: str | Path) -> TraceSet:
     """Resolve ``directory`` and check manifest, comm groups and one trace per rank."""
     root = Path(directory).expanduser().resolve()
@@ -60,12 +52,14 @@ def open_trace_set(directory: str | Path) -> TraceSet:
         raise UsageError(f"trace directory {directory} does not exist: give a folder "
                          "written by `stage generate`")
     manifest_path = root / MANIFEST
-    if not manifest_path.is_file():
+    if not manifest_path.exists():  # (a FIFO or a folder there: read_json says which)
         raise UsageError(f"{manifest_path} is missing: {directory} is not a STAGE trace set")
-    manifest = _read_json(manifest_path)
+    manifest = read_json(manifest_path, str(manifest_path))  # (regular, bounded in size and depth)
     world = manifest.get("world_size") if isinstance(manifest, dict) else None
     if not isinstance(world, int) or isinstance(world, bool) or world < 1:
         raise UsageError(f"{manifest_path}: world_size {world!r} is not a positive integer")
+    if world > MAX_WORLD:  # (before looking for one file per rank)
+        raise UsageError(f"{manifest_path}: world_size {world:,} is above the {MAX_WORLD:,} ranks STAGE writes")
     if not (root / COMM_GROUPS).is_file():
         raise UsageError(f"{root / COMM_GROUPS} is missing: ASTRA-sim needs the "
                          "process groups the traces name")

@@ -204,6 +204,24 @@ def test_missing_traces_are_named(make_trace_set):
         _run(root)
 
 
+@pytest.mark.parametrize("manifest,message", [
+    ("[" * 50_000 + "]" * 50_000, "nested too deep"),
+    ('{"world_size": 1000000000000}', "world_size 1,000,000,000,000 is above the"),
+    ("fifo", "not a regular file but a FIFO")])
+def test_a_manifest_is_read_bounded(make_trace_set, manifest, message):
+    """A manifest nested 50,000 deep, claiming 10^12 ranks, or a FIFO: one line, at once (the
+    world is checked before one file per rank is looked for)."""
+    root = make_trace_set(8)
+    path = root / "manifest.json"
+    os.unlink(path)
+    if manifest == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_text(manifest)
+    with pytest.raises(UsageError, match=message):
+        _run(root)
+
+
 def test_missing_comm_groups(make_trace_set):
     root = make_trace_set(8)
     os.unlink(root / "comm_groups.json")
