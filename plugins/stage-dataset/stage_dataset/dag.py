@@ -20,14 +20,13 @@ in the dataset, ``categories.json``) or, without one, :data:`DEFAULTS`.
 from __future__ import annotations
 
 import heapq
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from stage_core.api import UsageError
+from stage_core.api import UsageError, read_json
 
 from .files import load_split, require_torch, Split
 from .graphs import COLLECTIVES, EDGE_KINDS, FEATURES, kind_of
@@ -89,8 +88,8 @@ class Dag:
 
 def load_categories(path: Path) -> dict[str, dict[str, Any]]:
     """``categories.json`` of a dataset: name -> its entry (id, kind, defaults)."""
+    data = read_json(path, f"--categories {path}")  # (regular, bounded in size and depth)
     try:
-        data = json.loads(Path(path).read_text())
         entries = data["categories"]
         out = {}
         for c in entries:
@@ -98,8 +97,6 @@ def load_categories(path: Path) -> dict[str, dict[str, Any]]:
             given = c.get("defaults") or {}
             out[c["name"]] = {"id": int(c["id"]), "kind": kind,
                               "defaults": {f: int(given.get(f, DEFAULTS[kind][f])) for f in FEATURES}}
-    except OSError as exc:
-        raise UsageError(f"--categories {path}: cannot read it ({exc.strerror})") from None
     except (ValueError, KeyError, TypeError, AttributeError):
         raise UsageError(f"--categories {path}: not a dataset's categories.json (a list of categories with "
                          f"id, name, kind and defaults)") from None
@@ -204,12 +201,7 @@ def _checked_edges(edges, n: int, where: str) -> list[tuple[int, int, int]]:
 
 
 def _from_json(path: Path, cats) -> Dag:
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read it ({exc.strerror})") from None
-    except ValueError as exc:
-        raise UsageError(f"{path}: not valid JSON ({exc})") from None
+    data = read_json(path, str(path))  # (regular, bounded in size and depth)
     where = str(path)
     if not isinstance(data, dict) or not isinstance(data.get("nodes"), list) or not data["nodes"]:
         raise UsageError(f"{where}: expected {{\"nodes\": [...], \"edges\": [...]}} with at least one node")

@@ -1,6 +1,7 @@
 """stage from-dag: a DAG (JSON, a dataset's graph, LayerDAG's .pth) as a validated trace set."""
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -112,6 +113,21 @@ def dag_file(tmp_path, nodes, edges, name="g.json"):
 def test_a_bad_dag_is_one_line_and_writes_nothing(host, tmp_path, capsys, nodes, edges, extra, message):
     path = dag_file(tmp_path, nodes, edges)
     assert from_dag(host, path, "-o", tmp_path / "set", *extra) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not (tmp_path / "set").exists()
+
+
+@pytest.mark.parametrize("text,message", [("[" * 50_000 + "]" * 50_000, "nested too deep"),
+                                          ("fifo", "not a regular file but a FIFO"), ("{", "not valid JSON")])
+def test_an_unreadable_dag_file_is_one_line_at_once(host, tmp_path, capsys, text, message):
+    """A DAG file nested 50,000 deep or a FIFO (which would block a plain read forever)."""
+    path = tmp_path / "dag.json"
+    if text == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_text(text)
+    assert from_dag(host, path, "-o", tmp_path / "set") == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
     assert not (tmp_path / "set").exists()
