@@ -30,6 +30,8 @@ from stage_core.api import PluginHost, hardware, plan_from_settings, plan_job, s
 #: head and the embedding weigh little beside a stage's layers (the formulas assume equal stages)
 SHAPES = {"llama": ("llama3-8b", {"seq_len": "4096", "vocab_size": "32000"}),
           "gpt": ("megatron-1.7b", {})}
+#: layers of each shape's model (32 and 24), for --head-balanced
+LAYERS = {"llama3-8b": 32, "megatron-1.7b": 24}
 SCHEDULES = ("1f1b", "zb-h1", "zb-h2", "zb-v", "dualpipev")
 
 
@@ -97,6 +99,9 @@ def run(args) -> int:
                             "set": [f"{k}={v}" for k, v in sets.items()]}
                 if args.auto:  # stages balanced by compute, the embedding and the head one layer each
                     settings["stage-layers"] = "auto"
+                elif args.head_balanced:  # the last stage one layer fewer (it holds the head), the first one more
+                    per = LAYERS[model] // pp
+                    settings["stage-layers"] = f"{per + 1},{per}x{pp - 2},{per - 1}"
                 req = plan_from_settings(settings, host)
                 try:
                     result = plan_job(host, req.model, req.overrides, req.plan, hw)
@@ -131,6 +136,11 @@ if __name__ == "__main__":
     parser.add_argument("--gpu", default="h100")
     parser.add_argument("--quick", action="store_true", help="one shape, pp 4, m 8")
     parser.add_argument("--auto", action="store_true", help="--stage-layers auto: stages balanced by compute")
+    parser.add_argument("--head-balanced", action="store_true",
+                        help="the last stage one layer fewer and the first one more (as Megatron's "
+                             "--decoder-last-pipeline-num-layers does for the head): the zero-bubble paper's memory "
+                             "bound (every stage p M_B under ZB-H1) assumes equal stages, and the head's deferred "
+                             "weight gradients make the last stage the largest otherwise")
     a = parser.parse_args()
     if a.astra_sim:
         os.environ["ASTRA_SIM_BIN"] = a.astra_sim
