@@ -15,7 +15,7 @@ with :func:`plan_from_args`.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
@@ -147,14 +147,17 @@ def _add_option_flags(p: argparse.ArgumentParser, host) -> None:
         opt.add_to(g)
 
 
-def add_gpu_flag(p: argparse.ArgumentParser, host=None) -> None:
-    """``--gpu``: a hardware preset (listed from ``host``) or a hardware file."""
+def add_gpu_flag(p: argparse.ArgumentParser, host=None, default: str | None = None) -> None:
+    """``--gpu``: a hardware preset (listed from ``host``) or a hardware file.  ``default``:
+    the GPU a command takes when none is given (its --help says so; None: untimed).  A
+    named plan's GPU comes before ``default``, as the help says."""
     if host is None:
         host = getattr(p, "stage_host", None)
     presets = [h.name for h in host.hardware()] if host is not None else []
+    fallback = f"default: the --plan's GPU, else {default}" if default else "default: the --plan's GPU, else untimed"
     p.add_argument("--gpu", metavar="|".join([*presets, "FILE"]),
                    help="time every kernel on this GPU: a hardware preset or a hardware file (`stage calibrate` "
-                        "writes one); each compute node gets its duration (default: untimed)")
+                        f"writes one); each compute node gets its duration ({fallback})")
 
 
 # --------------------------------------------------------------------------- settings -> plan
@@ -176,6 +179,7 @@ class PlanRequest:
     serve: Mapping[str, Any] = field(default_factory=dict)
     given: frozenset[str] = frozenset()  # the settings given (a named plan's included)
     family: str | None = None  # --family: the family a config.json is read as
+    notes: tuple[str, ...] = ()  # what the settings changed that the user may not expect (stage prints them)
 
 
 def settings_flags(settings: Mapping[str, Any]) -> list[str]:
@@ -282,12 +286,34 @@ def plan_from_settings(settings: Mapping[str, Any], host=None) -> PlanRequest:
         except UsageError as exc:
             owner = host.owner(spec.plugin, "plan", spec.name)
             raise fault(owner, f"has a bad setting: {str(exc).removeprefix(f'plan {spec.name}: ')}") from None
+        own, asked = dict(spec.settings), dict(settings)
         settings = _merged(spec, settings)
         plan_name = spec.name
     args = _namespace(settings, host, "plan settings")
     degrees_given = any(getattr(given, a) is not None for a in ("dp", "tp", "pp", "cp", "ep", "etp"))
     used_default = given.model is None and not degrees_given and not given.set and plan_name is None
-    return _request(args, host, used_default, plan_name, frozenset(settings))
+    request = _request(args, host, used_default, plan_name, frozenset(settings))
+    if plan_name is not None:
+        request = replace(request, notes=_batch_notes(own, asked, request, host))
+    return request
+
+
+def _batch_notes(own: Mapping[str, Any], asked: Mapping[str, Any], request: PlanRequest, host) -> tuple[str, ...]:
+    """A note when the settings given alongside a named plan change its global batch (a
+    --micro-batches or --dp of its own replaces the plan's batch, which is easily missed)."""
+    try:
+        before = _request(_namespace(own, host, "plan settings"), host, False, None, frozenset(own)).plan
+    except UsageError:
+        return ()
+    after = request.plan
+    if before.global_batch == after.global_batch or after.task != before.task:
+        return ()
+    changed = [f"--{k} {v}" for k, v in asked.items()
+               if k in ("dp", "micro-batches", "micro-batch-size", "global-batch") and own.get(k) != v]
+    why = f" with {', '.join(changed)}" if changed else ""
+    return (f"plan {request.plan_name}: its global batch of {before.global_batch:,} sequences becomes "
+            f"{after.global_batch:,}{why} (dp {after.dp} x micro-batch size {after.micro_batch_size} x "
+            f"{after.micro_batches} micro-batches); give --global-batch {before.global_batch} to keep it",)
 
 
 def settings_from_args(args: argparse.Namespace, host=None) -> dict[str, Any]:
