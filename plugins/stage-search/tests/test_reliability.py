@@ -144,9 +144,9 @@ def test_a_world_above_the_limit_is_an_invalid_row(toy_host, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("flag,value,needle", [
-    ("--gpu-memory", "0", "--gpu-memory 0: must be a positive number of GB"),  # replaced by the GPU's before
-    ("--gpu-memory", "nan", "--gpu-memory nan: must be a positive number of GB"),
-    ("--gpu-memory", "inf", "--gpu-memory inf: must be a positive number of GB"),
+    ("--gpu-memory", "0", "--gpu-memory 0: must be a positive number of GiB"),  # replaced by the GPU's before
+    ("--gpu-memory", "nan", "--gpu-memory nan: must be a positive number of GiB"),
+    ("--gpu-memory", "inf", "--gpu-memory inf: must be a positive number of GiB"),
     ("--max-pp", "0", "--max-pp 0: must be 1 or more"),
     ("--global-batch", "0", "--global-batch 0: must be 1 or more"),
     ("--seq-len", "0", "--seq-len 0: must be 1 or more"),
