@@ -28,8 +28,9 @@ from .planning import _Parser, _host_choice_flag, _overrides, add_gpu_flag, add_
 from .plugins import PluginHost
 from .progress import Progress, add_quiet_flag
 from .rankset import parse_ranks, ranks_text
+from .presets import preset_rows
 from .reporting import (GiB, TRAFFIC_NOTE, compute_memory_table, count_text, fit_line, gib, memory_fit, memory_text,
-                        plural, si_text, traffic_table)
+                        plural, table, traffic_table)
 from .serve import parse_side, plan_serve, side_plans
 from .tasks import SERVE
 
@@ -400,12 +401,10 @@ def cmd_models(host: PluginHost, args) -> int:
         return _model_file(host, args)
     if args.family is not None:
         raise UsageError(f"--family {args.family}: it reads a config.json FILE as that family; give the FILE too")
-    rows = []
-    for spec in host.models():
-        for name in sorted(spec.presets):
-            total, active = param_counts(model_graphs(spec, spec.presets[name], Plan())[0])  # (its kernels in scope)
-            rows.append({"name": name, "family": spec.family, "plugin": spec.plugin,
-                         "params_total": total, "params_active": active})
+    def count(spec, config) -> tuple[int, int]:
+        return param_counts(model_graphs(spec, config, Plan())[0])  # (built as plan_job builds it)
+
+    rows = preset_rows(host, count, progress_of(args))
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -413,11 +412,11 @@ def cmd_models(host: PluginHost, args) -> int:
         print("no models: install a model plugin (stage-model-gpt, stage-model-llama, stage-model-moe)"
               + host.broken_hint())
         return 0
-    width = max(len(r["name"]) for r in rows)
-    print(f"{'model':<{width}}  {'family':<8} {'params':>10} {'active':>10}  plugin")
-    for r in rows:
-        print(f"{r['name']:<{width}}  {r['family']:<8} {_count(r['params_total']):>10} "
-              f"{_count(r['params_active']):>10}  {r['plugin']}")
+    for line in table(["model", "family", "parameters", "active", "plugin"],
+                      [[r["name"], r["family"], count_text(r["params_total"]), count_text(r["params_active"]),
+                        r["plugin"]] for r in rows], left=(0, 1, 4)):
+        print(line)
+    print("(active: the parameters one token uses; B = 10^9, M = 10^6)")
     return 0
 
 
@@ -438,7 +437,7 @@ def _model_file(host: PluginHost, args) -> int:
                           "ignored_keys": record.get("ignored_keys", []), "model": config.to_dict()}, indent=2))
         return 0
     print(f"{args.file}: model_type {record.get('model_type')!r} read as family {spec.family} ({spec.plugin})")
-    print(f"parameters: {total:,} total, {active:,} active per token ({_count(total)}, {_count(active)})")
+    print(f"parameters: {total:,} total, {active:,} active per token ({count_text(total)}, {count_text(active)})")
     print(f"layers: {sum(kinds.values())}: " + ", ".join(f"{n} {kind}" for kind, n in kinds.items()))
     ignored = record.get("ignored_keys", [])
     print(f"keys not modelled (ignored): {', '.join(ignored) if ignored else 'none'}")
@@ -495,7 +494,8 @@ def cmd_plugins(host: PluginHost, args) -> int:
 
 
 def build_parser(host: PluginHost | None) -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description="Synthesize per-GPU execution traces of distributed LLM training.")
+    parser = _Parser(prog=PROG, description="Synthesize per-GPU execution traces of distributed LLM training and "
+                                            "inference (prefill, decode, disaggregated serving) for ASTRA-sim.")
     parser.add_argument("--version", action="version", version=f"stage {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
@@ -515,7 +515,7 @@ def build_parser(host: PluginHost | None) -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_generate)
 
     p = sub.add_parser("report", help="FLOPs, memory and traffic per rank class, without writing traces")
-    add_plan_flags(p, host)
+    add_plan_flags(p, host, writes=False)
     add_gpu_flag(p, host)
     p.add_argument("--json", action="store_true", help="print the manifest's JSON instead of a table")
     p.add_argument("--gpu-memory", type=float, metavar="GiB",
@@ -540,6 +540,7 @@ def build_parser(host: PluginHost | None) -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a field or a config.json key of FILE (repeatable)")
     p.add_argument("--json", action="store_true")
+    add_quiet_flag(p)
     p.set_defaults(run=cmd_models)
 
     p = sub.add_parser("plans", help="list named parallel plans (published training setups) for --plan")

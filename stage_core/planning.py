@@ -60,16 +60,19 @@ def _host_choice_flag(g, name: str, valid: Sequence[str], default: str, help: st
     g.add_argument(name, metavar="|".join(valid) or "NAME", help=f"{help} (default {default})")
 
 
-def add_plan_flags(p: argparse.ArgumentParser, host=None) -> None:
+def add_plan_flags(p: argparse.ArgumentParser, host=None, writes: bool = True) -> None:
     """The model, plan and batch flags of ``stage generate`` and ``report``; plugin commands
     that take a plan add them too and read them back with :func:`plan_from_args`.  With a
-    ``host``, the schedules it knows are listed in ``--help``."""
+    ``host``, the schedules it knows are listed in ``--help``.  ``writes``: whether the
+    command lowers the whole set (``--max-nodes`` bounds its nodes), or only reports on it
+    (``--max-nodes`` then bounds the world size)."""
     # every default is None: a flag left out takes the --plan's value, else the Plan default
     if host is None:  # a plugin command's parser: the host it runs with (stage_core.cli sets it)
         host = getattr(p, "stage_host", None)
     g = p.add_argument_group("model")
     g.add_argument("--model", help=f"a preset name (see `stage models`) or a Hugging Face config.json "
-                                   f"(default: {DEFAULT_MODEL})")
+                                   f"(default: {DEFAULT_MODEL}; with no --model, --plan, --set or degree given, the "
+                                   f"default job: {DEFAULT_MODEL} on dp {DEFAULT_PLAN.dp})")
     g.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
                    help="override a field of the model config, or a key of its config.json (e.g. "
                         "num_hidden_layers=4; repeatable)")
@@ -80,7 +83,8 @@ def add_plan_flags(p: argparse.ArgumentParser, host=None) -> None:
                                                   "alongside override its settings")
     for axis, text in (("dp", "data parallel"), ("tp", "tensor parallel"), ("pp", "pipeline parallel"),
                        ("cp", "context parallel"), ("ep", "expert parallel (carved out of dp x cp)")):
-        _count_flag(g, axis, "N", f"{text} degree (default 1)")
+        job = f"; {DEFAULT_PLAN.dp} in the default job" if axis == "dp" else ""
+        _count_flag(g, axis, "N", f"{text} degree (default 1{job})")
     _choice_flag(g, "cp_comm", "context-parallel attention: p2p (ring, as TransformerEngine), all-gather (K and "
                                "V, as Llama 3) or a2a (sequence <-> heads, as DeepSpeed-Ulysses)")
     g.add_argument("--etp", type=int, metavar="N", help="expert layers' tensor parallel degree (default: tp)")
@@ -106,7 +110,8 @@ def add_plan_flags(p: argparse.ArgumentParser, host=None) -> None:
     _choice_flag(g, "optimizer_dtype", "master weights, momentum and variance")
     g = p.add_argument_group("task")
     _choice_flag(g, "task", "train; prefill: the forward pass of the prompts, writing the KV cache; decode: one "
-                            "new token per request reading the KV cache")
+                            "new token per request reading the KV cache; serve: prefill and decode on ranks of "
+                            "their own (--prefill-ranks, --decode-ranks), the KV cache sent from one to the other")
     g.add_argument("--context-len", type=int, metavar="C",
                    help="decode: tokens each request attends to, its new one included (default: the model's "
                         "sequence length)")
@@ -130,9 +135,12 @@ def add_plan_flags(p: argparse.ArgumentParser, host=None) -> None:
     if host is not None:
         _add_option_flags(p, host)
     g = p.add_argument_group("limits")
+    about = f"about {DEFAULT_MAX_NODES * BYTES_PER_NODE // 10**9} GB as Chakra ET"
     g.add_argument("--max-nodes", type=int, default=DEFAULT_MAX_NODES, metavar="N",
                    help=f"refuse a trace set of more nodes, all ranks together (default {DEFAULT_MAX_NODES:,}, "
-                        f"about {DEFAULT_MAX_NODES * BYTES_PER_NODE // 10**9} GB as Chakra ET)")
+                        f"{about})" if writes else
+                   f"refuse a world of more than N ranks (each rank's trace holds a node at least; this command "
+                   f"writes no set, so it lowers no more than it needs to report; default {DEFAULT_MAX_NODES:,})")
 
 
 def _add_option_flags(p: argparse.ArgumentParser, host) -> None:

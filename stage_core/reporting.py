@@ -18,7 +18,7 @@ buffer, reduce-scatter and all-to-all (n-1)/n of it, all-gather n-1 shards; see
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from .rankset import ranks_text
 
@@ -123,13 +123,16 @@ def ranks_range(ranks: Sequence[int] | str, most: int = 4) -> str:
 # --------------------------------------------------------------------------- tables
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], left: int = 2, indent: str = "") -> list[str]:
-    """A plain text table: the first ``left`` columns aligned left, the others right."""
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], left: int | Iterable[int] = 2,
+          indent: str = "") -> list[str]:
+    """A plain text table: the first ``left`` columns (or the columns of those indices)
+    aligned left, the others right."""
     cells = [[str(c) for c in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    lefts = set(range(left)) if isinstance(left, int) else set(left)
 
     def line(values: Sequence[str]) -> str:
-        out = [v.ljust(w) if i < left else v.rjust(w) for i, (v, w) in enumerate(zip(values, widths))]
+        out = [v.ljust(w) if i in lefts else v.rjust(w) for i, (v, w) in enumerate(zip(values, widths))]
         return (indent + "  ".join(out)).rstrip()
 
     return [line(list(headers)), *(line(r) for r in cells)]
