@@ -178,6 +178,9 @@ def cmd_report(host: PluginHost, args) -> int:
     plan = req.plan
     gpu = _gpu(host, req.gpu)
     gpu_memory, memory_from = _gpu_memory(args, gpu)
+    if args.gpu_memory is not None and not plan.inference:
+        raise UsageError(f"--gpu-memory {args.gpu_memory:g}: sizes the largest batch of --task prefill, decode or "
+                         f"serve; a training plan's memory is shown beside its GPU's with --gpu NAME")
     result = _plan_task(host, req, gpu, max_nodes=_max_nodes(args), programs=False)
     _print_warnings(result)
     if plan.task == SERVE:

@@ -210,13 +210,16 @@ class ExecutorSpec:
     module-level function and items and results are plain picklable data (dicts of
     numbers and strings), so an executor may ship them to other processes or
     machines.  ``options`` carries the user's executor settings (``workers``,
-    ``address``...); an executor ignores the ones it does not know.
+    ``address``...); an executor ignores the ones it does not know.  ``options``: the
+    settings it reads (None: not declared); a command refuses a setting given to an
+    executor that declares it does not read it (``--address`` for ``local``).
     """
 
     name: str
     run: Callable[[Callable[[Any], Any], Sequence[Any], Mapping[str, Any]], Iterator[tuple[int, Any]]]
     description: str = ""
     plugin: str = ""
+    options: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

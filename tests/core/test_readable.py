@@ -311,3 +311,31 @@ def test_stage_models_runs_where_its_cache_cannot_be_written(capsys, tmp_path, m
     monkeypatch.setenv("STAGE_CACHE_DIR", str(blocker / "cache"))  # (under a file: never a folder)
     status, out, err = run(counting_host([], {"toy": ToyConfig()}), capsys, "models")
     assert status == 0 and err == "" and out.splitlines()[1].split()[:4] == ["toy", "toy", "0.11", "M"]
+
+
+# --------------------------------------------------------------------------- an option that cannot do its job
+
+
+def test_an_option_that_cannot_do_its_job_is_refused(host, capsys):
+    status, _, err = run(host, capsys, "report", "--model", "toy", "--gpu-memory", "40")
+    assert status == 2 and err.splitlines() == [
+        "stage: error: --gpu-memory 40: sizes the largest batch of --task prefill, decode or serve; a training "
+        "plan's memory is shown beside its GPU's with --gpu NAME"]
+
+
+def test_an_executor_refuses_a_setting_it_declares_it_does_not_read():
+    from stage_core.errors import UsageError
+    from stage_core.records import ExecutorSpec
+
+    class Executors:
+        @hookimpl
+        def stage_executors(self):
+            return [ExecutorSpec("here", lambda fn, items, options: iter(()), options=("workers",)),
+                    ExecutorSpec("anything", lambda fn, items, options: iter(()))]
+
+    host = fresh_host((Executors(), "executors"))
+    assert host.executor("here", {"workers": 2, "address": None}).name == "here"
+    with pytest.raises(UsageError, match=r"^--address x: the here executor does not read it \(it reads: "
+                                         r"--workers\); leave it out, or choose another --executor$"):
+        host.executor("here", {"address": "x"})
+    assert host.executor("anything", {"address": "x"}).name == "anything"  # (options not declared: all taken)

@@ -77,7 +77,7 @@ def run_sweep(spec_path: Path, output: Path, *, executor: str = "local", workers
             raise UsageError(f"--simulator {simulator}: {spec_path} measures {sweep.measure!r}; the simulator runs "
                              "with measure = \"simulate\"")
         units._host().simulator(simulator)  # a name no plugin registers: refused before any work
-    runner = units._host().executor(executor)
+    runner = units._host().executor(executor, {"workers": workers, "address": address})
     store = UnitCache(cache)
     todo_units = plan_units(sweep, simulator)
     ids = [unit_id(u) for u in todo_units]
