@@ -339,3 +339,17 @@ def test_an_executor_refuses_a_setting_it_declares_it_does_not_read():
                                          r"--workers\); leave it out, or choose another --executor$"):
         host.executor("here", {"address": "x"})
     assert host.executor("anything", {"address": "x"}).name == "anything"  # (options not declared: all taken)
+
+
+def test_validate_checks_the_manifests_wire_bytes(host, capsys, tmp_path):
+    out = tmp_path / "set"
+    assert run(host, capsys, "generate", "--model", "toy", "--dp", "4", "--format", "jsonl", "-o", str(out))[0] == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["rank_classes"][0]["wire_bytes"]["all_reduce"] == 3 * GRAD_BYTES // 2
+    manifest["rank_classes"][0]["wire_bytes"]["all_reduce"] = GRAD_BYTES  # (the input size, taken for the wire)
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    status, _, err = run(host, capsys, "validate", str(out))
+    assert status == 1 and f"its nodes put {3 * GRAD_BYTES // 2:,} bytes on the wire by all_reduce" in err
+    del manifest["rank_classes"][0]["wire_bytes"]  # (a manifest an older STAGE wrote: nothing to compare)
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert run(host, capsys, "validate", str(out))[0] == 0
