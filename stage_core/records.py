@@ -234,7 +234,9 @@ class SimulatorSpec:
     whether every rank finished.  It raises :class:`stage_core.errors.StageError` when
     the simulator cannot run the set.  ``time_limit_s``: simulated time after which the
     simulator stops (a longer step never finishes in it; ``stage estimate`` says so
-    beforehand); None when it has no limit.
+    beforehand); None when it has no limit.  ``binary_env``: the environment variable
+    ``simulate`` and ``available`` read the simulator's binary from, when they do (a
+    command's ``--astra-sim BIN`` sets it for the run); None when it reads none.
     """
 
     name: str
@@ -244,6 +246,7 @@ class SimulatorSpec:
     description: str = ""
     plugin: str = ""
     time_limit_s: float | None = None
+    binary_env: str | None = None
 
 
 @dataclass(frozen=True)

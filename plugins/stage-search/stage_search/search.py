@@ -15,8 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,7 +69,12 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="plans estimated again with the full replay (default max(10, 2 x top))")
     g.add_argument("--compare", metavar="PLAN", help="also rank a named plan (see `stage plans`)")
     g.add_argument("--no-simulate", action="store_true", help="do not run the simulator")
-    g.add_argument("--simulator", default="astrasim", help="simulator of the stage_simulators hook (default astrasim)")
+    g.add_argument("--simulator", default="astrasim",
+                   help="simulator of the stage_simulators hook: astrasim (analytical), astrasim-aware, "
+                        "astrasim-htsim (default astrasim)")
+    g.add_argument("--astra-sim", dest="astra_sim", metavar="BIN",
+                   help="the simulator's binary (default: its environment variable, $ASTRA_SIM_BIN for astrasim, "
+                        "else its name on PATH; without one the best plans are estimated only)")
     g.add_argument("--simulate-max-nodes", type=int, default=SIMULATE_MAX_NODES, metavar="N",
                    help=f"simulate a set of at most N nodes, all ranks (default {SIMULATE_MAX_NODES:,}: "
                         "seconds to minutes in ASTRA-sim's analytical backend)")
@@ -180,6 +187,7 @@ def search(host: PluginHost, args, err=None) -> dict:
     say = (lambda text: print(text, file=err, flush=True))
     t0 = time.perf_counter()
     check_arguments(args)
+    check_simulator_binary(host, args)
     if args.plot:
         _check_plot()
         check_output_file(args.plot, "--plot", force=getattr(args, "force", False))  # before the work
@@ -402,6 +410,42 @@ def _measure(host, model, overrides, plans, hw, layers, orders, capacity, progre
     return costs, memory
 
 
+def check_simulator_binary(host, args) -> None:
+    """``--astra-sim BIN``, checked before any work: a simulator must run (not with
+    --no-simulate), one that reads a binary (its record's ``binary_env``), from a file that
+    can be run."""
+    binary = getattr(args, "astra_sim", None)
+    if binary is None:
+        return
+    if args.no_simulate:
+        raise UsageError(f"--astra-sim {binary}: names the simulator's binary, and --no-simulate runs none")
+    sim = host.simulator(args.simulator)
+    if sim.binary_env is None:
+        raise UsageError(f"--astra-sim {binary}: the {sim.name} simulator reads no binary (choose --simulator "
+                         "astrasim, astrasim-aware or astrasim-htsim)")
+    path = Path(binary).expanduser()
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        why = "is not executable" if path.is_file() else "not found"
+        raise UsageError(f"--astra-sim {binary} {why}: give the path of the {sim.name} simulator's binary")
+
+
+@contextmanager
+def _binary(sim, binary: str | None):
+    """The simulator reads ``binary`` (``--astra-sim``) while the block runs."""
+    if binary is None or sim.binary_env is None:
+        yield
+        return
+    before = os.environ.get(sim.binary_env)
+    os.environ[sim.binary_env] = str(Path(binary).expanduser().resolve())
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(sim.binary_env, None)
+        else:
+            os.environ[sim.binary_env] = before
+
+
 def _simulate(host, args, entries: list[Entry], hw, say, progress=None) -> dict:
     if args.no_simulate:
         return {"ran": False, "why": "--no-simulate"}
@@ -410,6 +454,11 @@ def _simulate(host, args, entries: list[Entry], hw, say, progress=None) -> dict:
     except UsageError as exc:
         say(f"not simulated: {exc}; showing estimates only")
         return {"ran": False, "why": str(exc)}
+    with _binary(sim, getattr(args, "astra_sim", None)):
+        return _simulate_with(host, args, entries, hw, say, progress, sim)
+
+
+def _simulate_with(host, args, entries: list[Entry], hw, say, progress, sim) -> dict:
     reason = sim.available()
     if reason:
         say(f"not simulated: {sim.name} cannot run here ({reason}); showing estimates only")
