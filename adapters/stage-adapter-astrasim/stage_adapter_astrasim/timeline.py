@@ -71,14 +71,18 @@ def read_log(lines: Iterable[str], ranks: set[int]) -> dict[int, list[Span]]:
         at = line.find("sys->id=")
         if at < 0:
             continue
-        rank, pos = _field(line, "sys->id=", at)
-        if int(rank) not in ranks:
+        try:
+            rank, pos = _field(line, "sys->id=", at)
+            if int(rank) not in ranks:
+                continue
+            tick, pos = _field(line, "tick=", pos)
+            node, pos = _field(line, "node->id=", pos)
+            name_at = line.index("node->name=", pos) + len("node->name=")
+            type_at = line.rindex(", node->type=")
+            name, kind = line[name_at:type_at], int(line[type_at + len(", node->type="):].strip())
+            int(tick), int(node)
+        except ValueError:  # a line cut short (a full disk, a killed run): not a node's
             continue
-        tick, pos = _field(line, "tick=", pos)
-        node, pos = _field(line, "node->id=", pos)
-        name_at = line.index("node->name=", pos) + len("node->name=")
-        type_at = line.rindex(", node->type=")
-        name, kind = line[name_at:type_at], int(line[type_at + len(", node->type="):].strip())
         key = (int(rank), int(node))
         if line[at - 6:at] == "issue,":
             started[key] = (int(tick), name, kind)

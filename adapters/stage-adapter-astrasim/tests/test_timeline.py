@@ -136,3 +136,10 @@ def test_plot_draws_a_png(tmp_path):
     out = tmp_path / "t.png"
     timeline.plot([("class 0", 0, spans)], out)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_log_cut_short_reads_what_is_whole():
+    lines = LOG.splitlines()
+    cut = lines[:6] + [lines[6][:70]]  # (a full disk: the last line stops half-way)
+    spans = timeline.read_log(cut, {0})[0]
+    assert [s.node for s in spans] == [0]  # node 2's callback line is cut: it never ended
