@@ -22,7 +22,8 @@ Sections, in the order a plugin meets them:
 * files: the one output rule every written file follows, bounded reading of inputs;
 * traces: what a backend writes and reads;
 * hardware and estimation: presets, transfer times, the replay engine, ASTRA-sim's
-  analytical network and a step's breakdown (``netmodel``).
+  analytical network and a step's breakdown (``netmodel``);
+* showing results: units, plain tables, a rank's memory beside its GPU, progress.
 """
 
 from __future__ import annotations
@@ -61,7 +62,9 @@ from .parallel.split import balanced_split
 from .planning import (DEFAULT_MODEL, DEFAULT_PLAN, PlanRequest, add_gpu_flag, add_plan_flags, plan_from_args, plan_from_flags,
                        plan_from_settings, setting_names, settings_flags)
 from .plugins import PluginHost
+from .progress import Progress, add_quiet_flag
 from .rankset import parse_ranks, ranks_text
+from .reporting import GiB, binary_unit, fit_line, gib, memory_fit, memory_text, ranks_range, si_text, si_unit, table
 from .records import (AxisSpec, BackendSpec, CommandSpec, ComputeModelSpec, EstimatorSpec, ExecutorSpec, GpuSpec,
                       HardwareSpec, LinkSpec, ModelSpec, OptionSpec, PlanSpec, ScheduleSpec, SimulatorSpec, StrategySpec)
 from .schedule.orders import gpipe, interleaved_1f1b, one_f_one_b
@@ -116,4 +119,7 @@ __all__ = [
     "StampedNodes", "RANK_ATTRS", "parse_ranks", "ranks_text",
     # hardware and estimation
     "hardware", "replay", "Timing", "MIN_PIECE_BYTES", "WINDOW_USE", "netmodel",
+    # showing results: units (GiB for memory, SI for traffic and FLOPs), tables, the memory fit, progress
+    "GiB", "gib", "memory_text", "binary_unit", "si_text", "si_unit", "ranks_range", "table", "memory_fit",
+    "fit_line", "Progress", "add_quiet_flag",
 ]

@@ -172,6 +172,21 @@ RING_STEPS = {
 }
 
 
+def wire_bytes(kind: str, comm_size: int, n: int) -> int:
+    """Bytes one rank sends on its link for a collective of ``comm_size`` bytes (ASTRA-sim's
+    meaning of comm_size, REFERENCE §6) on a group of ``n`` ranks, by the ring algorithm
+    (:data:`RING_FACTOR`): all-reduce 2(n-1)/n of the buffer, reduce-scatter and
+    all-to-all (n-1)/n of it, all-gather n-1 shards; a send or receive its size; a group
+    of one rank moves nothing.  Whole bytes (rounded down)."""
+    if kind in ("send", "recv"):
+        return comm_size
+    if n <= 1:
+        return 0
+    if kind == "all_gather":
+        return (n - 1) * comm_size
+    return (2 if kind == "all_reduce" else 1) * (n - 1) * comm_size // n
+
+
 def transfer_seconds(hw: HardwareSpec, kind: str, comm_size: int, ranks: Sequence[int]) -> float:
     """Seconds a ring collective (or a send) of ``comm_size`` bytes takes on ``ranks``."""
     n = max(len(ranks), 2) if kind != "send" else 2

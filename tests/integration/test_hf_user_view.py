@@ -79,7 +79,7 @@ def test_report_prints_total_and_active_parameters(run_stage):
     done = run_stage("report", "--model", QWEN3, "--seq-len", "1024")
     assert done.returncode == 0, done.stderr
     # Qwen/Qwen3-0.6B: 596,049,920 parameters (dense: every one active)
-    assert "parameters: 596,049,920 total, 596,049,920 active per token" in done.stdout.splitlines()[1]
+    assert done.stdout.splitlines()[1] == "parameters: 596.05 M total, 596.05 M active per token (596,049,920)"
 
 
 def test_a_config_no_family_reads_names_the_nearest_and_family_forces_one(run_stage, tmp_path):

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from stage_core.api import PluginHost, UsageError, hardware, netmodel
+from stage_core.api import PluginHost, Progress, UsageError, hardware, netmodel
 from stage_core.records import HardwareSpec
 
-from . import backends, files, htsim, netyml, outcome, parser, report, runner, scan, steptime, timeline
+from . import backends, files, htsim, netyml, outcome, parser, report, runner, scan, serving, steptime, timeline
 from .backends import Backend
 from .configs import MEMORY_FILE, NETWORK_FILE, SYSTEM_FILE, Configs, build_configs
 from .traceset import TraceSet, open_trace_set
@@ -46,6 +46,9 @@ class Prepared:
     validated: bool
     #: what the backend's network is and what it cannot express (htsim)
     notes: tuple[str, ...] = ()
+    #: per rank a timeline shows, what its nodes are ({rank: {node id: FLOPs, bytes, group...}})
+    details: dict[int, dict[int, dict]] = field(default_factory=dict)
+    progress: Any = None  # (stage_core.api.Progress: the run's phases shown)
 
 
 @dataclass
@@ -71,6 +74,10 @@ class SimRun:
         finish = self.results["summary"]["max_finish_time_ns"]
         return None if finish is None else finish * 1e-9
 
+    @property
+    def details(self) -> dict[int, dict[int, dict]]:
+        return self.prepared.details
+
     def drawn(self) -> list[tuple[str, int, list[timeline.Span]]]:
         """(label, rank, spans) of each rank class the log shows, for the timeline."""
         classes = self.prepared.traces.manifest.get("rank_classes", [])
@@ -81,11 +88,14 @@ class SimRun:
 def prepare(trace_dir: str | Path, *, backend: str | None = None, astra_sim: str | None = None,
             system: str | None = None, network: str | None = None, topology: str | None = None,
             host: PluginHost | None = None, env: Mapping[str, str] | None = None, validate: bool = True,
-            log: bool | None = None) -> Prepared:
+            log: bool | None = None, details: bool = False, progress: Progress | None = None) -> Prepared:
     """Everything before the run; raises UsageError (or the set's problems) before writing.
 
     ``log``: ask for the per-node log (None: when it stays under :data:`LOG_AUTO_LIMIT`).
+    ``details``: keep what the nodes of each class's shown rank are (a timeline's args).
+    ``progress``: shows reading the set and the run (:class:`stage_core.api.Progress`).
     """
+    progress = progress or Progress("off")
     env = os.environ if env is None else env
     host = host or PluginHost()
     traces = open_trace_set(trace_dir)
@@ -134,7 +144,11 @@ def prepare(trace_dir: str | Path, *, backend: str | None = None, astra_sim: str
                                      1.0)
             checks.append(scan.HtsimLimits(shape, htsim.MAX_MESSAGE_BYTES, chosen.time_limit_ns,
                                            roofline if not traces.timed else None))
-    scan.scan(host, traces.root, validate=validate, checks=checks)
+    shown = scan.NodeDetails(timeline.representatives(traces.manifest.get("rank_classes") or [])) \
+        if details and log else None
+    if shown is not None:
+        checks.append(shown)
+    scan.scan(host, traces.root, validate=validate, checks=checks, progress=progress)
 
     work = traces.root / OUT_DIR
     texts = {SYSTEM_FILE: configs.system_text, NETWORK_FILE: configs.network_text, MEMORY_FILE: configs.memory_text}
@@ -151,7 +165,8 @@ def prepare(trace_dir: str | Path, *, backend: str | None = None, astra_sim: str
             "network": configs.network_source}
     if topo_source:
         meta["topology"] = topo_source
-    return Prepared(traces, chosen, binary, configs, work, paths, meta, log, validate, tuple(notes))
+    return Prepared(traces, chosen, binary, configs, work, paths, meta, log, validate, tuple(notes),
+                    shown.of if shown is not None else {}, progress)
 
 
 def _tail(path: Path, limit: int = 4000) -> str:
@@ -166,7 +181,9 @@ def run(prep: Prepared) -> SimRun:
     if prep.binary is None:
         raise UsageError(f"no ASTRA-sim {prep.backend.name} binary: {why_unavailable(prep.backend, {})}")
     traces, work = prep.traces, prep.work
-    done = runner.run(prep.binary, prep.paths, work, scratch=prep.backend is backends.HTSIM)
+    progress = prep.progress or Progress("off")
+    with progress.phase(f"simulating ({prep.backend.name})", traces.world_size, "ranks finished") as finished:
+        done = runner.run(prep.binary, prep.paths, work, scratch=prep.backend is backends.HTSIM, progress=finished)
     markers = parser.Markers()
     with open(done.stdout_path, errors="replace") as handle:
         ranks = parser.parse_lines(handle, markers)
@@ -190,6 +207,9 @@ def run(prep: Prepared) -> SimRun:
     if rows:
         results["rank_classes"] = rows
         results["summary"].update(job)
+    served = serving.serving_results(traces.manifest, ranks)
+    if served is not None:
+        results["serving"] = served
     files.write_file(work / RESULTS_FILE, json.dumps(results, indent=2) + "\n")
     return SimRun(prep, done.returncode, ranks, verdict, results, rows, job, shown)
 

@@ -47,8 +47,8 @@ def test_without_a_binary_prints_the_command(make_trace_set):
     assert f"--network-configuration={work / 'network.yml'}" in out
     assert f"--remote-memory-configuration={work / 'memory.json'}" in out
     assert "<ASTRA-sim analytical binary>" in out
-    assert sorted(p.name for p in work.iterdir()) == ["memory.json", "network.yml",
-                                                      "system.json"]
+    assert sorted(p.name for p in work.iterdir()) == [".stage-folder.json", "memory.json", "network.yml",
+                                                      "system.json"]  # (the mark: -o replaces the set with it)
 
 
 def test_without_a_binary_json(make_trace_set):

@@ -19,7 +19,7 @@ MEASURES = ("report", "estimate", "simulate")
 
 #: result columns of a unit, in table order, per measure
 _REPORT = ("status", "world_size", "rank_classes", "memory_bytes", "flops_per_gpu", "matmul_flops_per_step",
-           "comm_bytes_per_gpu")
+           "comm_bytes_per_gpu", "wire_bytes_per_gpu")
 COLUMNS = {
     "report": _REPORT + ("error",),
     "estimate": _REPORT + ("hardware", "step_time_s", "mfu", "exposed_comm_s", "error"),
@@ -115,6 +115,9 @@ def _report_row(result) -> dict[str, Any]:
         "flops_per_gpu": max(c["flops"]["total"] for c in classes),
         # the whole job's matmul FLOPs (Megatron's model-FLOPs convention counts these)
         "matmul_flops_per_step": sum(c["flops"]["matmul"] * len(c["ranks"]) for c in classes),
+        # what the collectives name (their comm_size, sends and receives), and what the busiest rank
+        # sends on its link (ring algorithm; stage report's "wire sent")
         "comm_bytes_per_gpu": max(sum(c["comm_bytes"].values()) for c in classes),
+        "wire_bytes_per_gpu": max(sum(v for k, v in c.get("wire_bytes", {}).items() if k != "recv") for c in classes),
         "error": "",
     }
