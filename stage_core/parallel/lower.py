@@ -450,7 +450,7 @@ class Lowerer:
             mm, other, nbytes = self.cost(op)
             dtype = (op.inputs or op.outputs)[0].dtype
             got = kernel(op.kind, op.fn, op.phase, op.spec, self.sizes.local_letters(op, self.prop.plan(op)),
-                         dtype, flops=mm + other, matmul_flops=mm, nbytes=nbytes)
+                         dtype, flops=mm + other, matmul_flops=mm, nbytes=nbytes, causal=bool(op.attrs.get("causal")))
             self._kernels[op] = got
         return got
 
