@@ -2,13 +2,18 @@
 
 import pytest
 
-from stage_core.api import hardware, kernel
-from stage_hardware.compute import PARAMETERS, calibrated_time
 import dataclasses
+from pathlib import Path
 
-from stage_hardware.presets import IB_LATENCY_NS, MAMF_GEMM, NVLINK_LATENCY_NS, PRESETS
+from stage_core.api import hardware, kernel
+from stage_hardware import shaped, tables
+from stage_hardware.compute import PARAMETERS, calibrated_time
+from stage_hardware.presets import (CALIBRATED_PRESETS, IB_LATENCY_NS, MAMF_GEMM, NVLINK_LATENCY_NS, PRESETS,
+                                    SHAPED_FIT)
 
 BY_NAME = {p.name: p for p in PRESETS}
+CALIBRATED = {p.name.removesuffix("-calibrated"): p for p in CALIBRATED_PRESETS}
+DATA = Path(__file__).parents[1] / "data"
 
 
 def matmul(m, n, k):
@@ -28,10 +33,10 @@ MAMF = [
 @pytest.mark.parametrize("name,shape,tflops", MAMF)
 def test_the_calibrated_model_gives_the_published_matmul_rates(name, shape, tflops):
     efficiency, k_half = MAMF_GEMM[name]
-    gpu = BY_NAME[name].gpu
+    gpu = CALIBRATED[name].gpu
     gpu = dataclasses.replace(gpu, parameters={**gpu.parameters, "gemm_efficiency": efficiency,
                                                "gemm_k_half": k_half})
-    assert gpu.parameters["gemm_k_half"] == BY_NAME[name].gpu.parameters["gemm_k_half"]
+    assert gpu.parameters["gemm_k_half"] == CALIBRATED[name].gpu.parameters["gemm_k_half"]
     k = matmul(*shape)
     launch = gpu.parameters["launch_us"] * 1e-6  # the benchmark times back-to-back calls
     achieved = k.flops / (calibrated_time(k, gpu) - launch) / 1e12
@@ -39,10 +44,11 @@ def test_the_calibrated_model_gives_the_published_matmul_rates(name, shape, tflo
 
 
 def test_every_parameter_is_there_with_a_source():
-    for preset in PRESETS:
+    for preset in (*PRESETS, *CALIBRATED_PRESETS):
         gpu = preset.gpu
-        assert set(gpu.parameters) == set(PARAMETERS), preset.name
-        for key in [*PARAMETERS, "matmul_tflops", "vector_tflops", "hbm_gbps", "sm_count"]:
+        model = {"shaped": shaped.PARAMETERS, "calibrated": PARAMETERS}[gpu.compute_model]
+        assert set(gpu.parameters) == set(model), preset.name
+        for key in [*model, "matmul_tflops", "vector_tflops", "hbm_gbps", "sm_count"]:
             assert gpu.sources.get(key), (preset.name, key)
         for key in ("scale_up", "scale_out", "efficiency", "latency_ns"):
             assert preset.sources.get(key), (preset.name, key)
@@ -63,8 +69,24 @@ def test_h100_nvlink_is_astra_sims_validated_configuration():
     assert IB_LATENCY_NS == pytest.approx(936.25 * 9.6 / 3.4, abs=0.05)
 
 
+@pytest.mark.parametrize("name", ["a100", "h100"])
+def test_the_presets_kernel_parameters_are_the_fit_of_the_measured_tables(name):
+    """The shaped presets' GEMM, memory and per-kernel numbers are what `stage calibrate` fits to the
+    stored measured kernel times (vidur's), to the four digits the preset keeps; nothing fits a step."""
+    points = tables.read_kernels(DATA / f"{name}-kernels.csv")
+    fitted = shaped.fit([(p.kernel, p.seconds) for p in points], BY_NAME[name].gpu)
+    assert set(fitted) == set(SHAPED_FIT[name])
+    for key, value in SHAPED_FIT[name].items():
+        assert fitted[key] == pytest.approx(value, rel=5e-4), key
+        assert BY_NAME[name].gpu.parameters[key] == value
+    assert BY_NAME[name].gpu.compute_model == "shaped"
+    # the old presets keep the calibrated model and its step-fitted GEMM efficiency by name
+    assert CALIBRATED[name].gpu.compute_model == "calibrated"
+    assert CALIBRATED["a100"].gpu.parameters["gemm_efficiency"] == 0.664
+
+
 def test_presets_survive_a_hardware_file(tmp_path):
-    for preset in PRESETS:
+    for preset in (*PRESETS, *CALIBRATED_PRESETS):
         path = tmp_path / f"{preset.name}.json"
         hardware.save(preset, path)
         assert hardware.load(path) == preset
