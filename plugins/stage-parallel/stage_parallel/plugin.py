@@ -39,7 +39,12 @@ def stage_strategies():
         StrategySpec("pp", "pp", s.validate_pp, s.apply_pp, order=60,
                      description="pipeline parallel: layers split into stages (x virtual stages), evenly, as given "
                                  "or balanced by compute (--stage-layers), activations and their gradients sent "
-                                 "between them, micro-batches ordered by the schedule"),
+                                 "between them, micro-batches ordered by the schedule",
+                     options=(OptionSpec(s.PP_SCATTER_GATHER, bool, False,
+                                         "Megatron's scatter/gather between pipeline stages: each tensor-parallel "
+                                         "rank sends its 1/tp of an activation (or its gradient) that all of them "
+                                         "hold, and the receiving stage all-gathers it over tp (Narayanan et al. "
+                                         "2021, section 4.1; with --sp the slices are sent already)"),)),
         StrategySpec("recompute", None, s.validate_recompute, s.apply_recompute, order=50,
                      description="activation recompute: selective (attention core) or full (whole layer)"),
     ]

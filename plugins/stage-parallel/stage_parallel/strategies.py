@@ -264,8 +264,15 @@ def validate_pp(graph, plan) -> list[str]:
     return out
 
 
+#: Megatron-LM's scatter/gather between pipeline stages (Narayanan et al. 2021, section 4.1): each
+#: tensor-parallel rank sends its 1/t of an activation replicated over tp, the receiver all-gathers
+PP_SCATTER_GATHER = "pp-scatter-gather"
+
+
 def apply_pp(sg: ShardedGraph, mesh, plan) -> ShardedGraph:
     sg.pipeline = (plan.pp, plan.virtual_stages)  # layers split into pp x virtual chunks, in order
+    if plan.option(PP_SCATTER_GATHER):
+        sg.pipeline_split = "tp"
     if plan.stage_layers == "auto":
         sg.stage_layers = balanced_split(layer_weights(sg.graph, plan), plan.pp * plan.virtual_stages)
     elif plan.stage_layers is not None:
