@@ -58,8 +58,12 @@ def _ranks_text(ranks: Sequence[int]) -> str:
     return ",".join(map(str, ranks[:8])) + ("..." if len(ranks) > 8 else "")
 
 
-def _gpu(host: PluginHost, name: str | None):
-    return hardware.resolve(host, name) if name else None
+#: the GPU `stage generate` times kernels on when no --gpu is given (``--gpu none``: untimed)
+DEFAULT_GPU = "h100"
+
+
+def _gpu(host: PluginHost, name: str | None, default: str | None = None):
+    return hardware.resolve_or_none(host, name, default)
 
 
 def _max_nodes(args) -> int:
@@ -79,7 +83,7 @@ def cmd_generate(host: PluginHost, args) -> int:
     if plan.task == SERVE and req.serve["prefill-ranks"] and req.serve["decode-ranks"]:
         world = req.serve["prefill-ranks"] + req.serve["decode-ranks"]
     ranks = None if args.ranks is None else parse_ranks(args.ranks, world)
-    gpu = _gpu(host, req.gpu)
+    gpu = _gpu(host, req.gpu, DEFAULT_GPU)
     start = time.perf_counter()
     result = _plan_task(host, req, gpu, max_nodes=_max_nodes(args))
     _print_warnings(result)
@@ -107,9 +111,12 @@ def cmd_generate(host: PluginHost, args) -> int:
           f"to {out}/ in {seconds:.2f} s{check}")
     if gpu is not None:
         longest = max(rc["compute_time_us"] for rc in result.manifest["rank_classes"])
-        print(f"timed on {gpu.name} ({result.manifest['compute_model']} compute model): "
+        given = "" if req.gpu else f" (the default; --gpu NAME for another, --gpu {hardware.UNTIMED} for none)"
+        print(f"timed on {gpu.name}{given} ({result.manifest['compute_model']} compute model): "
               f"up to {longest / 1e3:,.3f} ms of compute per GPU per step")
     else:
+        print("untimed: the simulator's roofline will time every kernel (its system's peak-perf and local-mem-bw); "
+              f"--gpu NAME times them here")
         _warn_zero_first_kernel(host, result.job.programs)
     return 0
 
@@ -183,7 +190,7 @@ def _step_text(plan: Plan) -> str:
 def cmd_report(host: PluginHost, args) -> int:
     req = plan_from_args(args, host)
     plan = req.plan
-    gpu = _gpu(host, req.gpu)
+    gpu = _gpu(host, req.gpu, DEFAULT_GPU)  # as generate times the set, so the two agree
     gpu_memory = _gpu_memory(args, gpu)
     result = _plan_task(host, req, gpu, max_nodes=_max_nodes(args), programs=False)
     _print_warnings(result)

@@ -152,9 +152,10 @@ def add_gpu_flag(p: argparse.ArgumentParser, host=None) -> None:
     if host is None:
         host = getattr(p, "stage_host", None)
     presets = [h.name for h in host.hardware()] if host is not None else []
-    p.add_argument("--gpu", metavar="|".join([*presets, "FILE"]),
+    p.add_argument("--gpu", metavar="|".join([*presets, "FILE", "none"]),
                    help="time every kernel on this GPU: a hardware preset or a hardware file (`stage calibrate` "
-                        "writes one); each compute node gets its duration (default: untimed)")
+                        "writes one); each compute node gets its duration (generate's default: h100; none: untimed, "
+                        "the simulator's roofline times the kernels)")
 
 
 # --------------------------------------------------------------------------- settings -> plan
