@@ -128,8 +128,14 @@ def _print_warnings(result) -> None:
 
 def rooflines(host: PluginHost) -> dict[str, tuple[float, float]]:
     """The registered GPUs' rooflines as ASTRA-sim's system.json gives them: {name: (peak
-    TFLOPS bf16, HBM GB/s)} (what generate warns about and validate's verdict uses)."""
-    return {hw.name: (hw.gpu.peak_flops("bf16") / 1e12, hw.gpu.hbm_gbps) for hw in host.hardware()}
+    TFLOPS bf16, HBM GB/s)} (what generate warns about and validate's verdict uses); a roofline two
+    presets share (a GPU's variants, ``a100`` and ``a100-calibrated``) is named once, by the first."""
+    out: dict[str, tuple[float, float]] = {}
+    for hw in host.hardware():
+        roof = (hw.gpu.peak_flops("bf16") / 1e12, hw.gpu.hbm_gbps)
+        if roof not in out.values():
+            out[hw.name] = roof
+    return out
 
 
 def _warn_zero_first_kernel(host: PluginHost, programs) -> None:

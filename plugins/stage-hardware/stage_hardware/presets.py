@@ -16,6 +16,19 @@ assumed for the other links, which have no validated configuration.
 Latency per hop: the validated NVLink figure (936.25 ns); across nodes it is scaled by
 NCCL's own hardware-latency model, ring / Simple protocol, NET 9.6 us vs NVLINK
 3.4 us (NVIDIA/nccl ``src/graph/tuning.cc``, ``hwLat``): 936.25 x 9.6 / 3.4 = 2643.5 ns.
+Those are the links of the ``*-calibrated`` presets.
+
+The ``a100`` and ``h100`` presets take each link's efficiency and latency from measured
+NCCL times instead (:data:`MEASURED_LINKS`): the values with which ASTRA-sim's analytical
+network (ring collectives, 4 chunks, as the adapter configures it) comes nearest, in mean
+relative error, to microsoft/vidur's NCCL kernel times on DGX A100 and DGX H100 nodes
+(``data/<gpu>-collectives.csv``, 64 KiB to 64 MiB): inside a node, all-reduce over 2, 4 and
+8 GPUs and send/recv between 2; across nodes, the H100's send/recv between two nodes (one
+400 Gb/s port per GPU).  vidur's A100 nodes reach 7.8 GB/s between two GPUs of two nodes
+and 17 GB/s of bus bandwidth in a 16-GPU all-reduce, the figures of one 200 Gb/s port shared
+by a node, not of a DGX A100's port per GPU; so the a100's InfiniBand keeps its datasheet
+25 GB/s per GPU at the efficiency and latency measured on the H100's NDR ports
+(``benchmarks/bench_collectives.py`` prints every curve against the model).
 
 Kernel times (the ``shaped`` compute model)
 -------------------------------------------
@@ -89,6 +102,24 @@ LINK_SOURCES = {
                   "NVLink 4's 450 GB/s per direction = 0.9544, assumed for every link",
     "latency_ns": "ASTRA-sim HGX-H100-validated.yml NVLink 936.25 ns; across nodes x 9.6/3.4 "
                   "(NCCL src/graph/tuning.cc hwLat, ring/Simple, NET vs NVLINK) = 2643.5 ns",
+}
+
+#: (efficiency, latency ns) per link fitted to the measured NCCL tables (see above)
+MEASURED_LINKS = {"a100": {"scale_up": (0.62, 450.0), "scale_out": (0.73, 10000.0)},
+                  "h100": {"scale_up": (0.74, 300.0), "scale_out": (0.73, 10000.0)}}
+_NCCL = "fit of ASTRA-sim's analytical ring to microsoft/vidur's NCCL times @ 7d47513 (data/{}-collectives.csv): {}"
+MEASURED_SOURCES = {
+    "a100": {"scale_up": "NVIDIA A100 datasheet: NVLink 600 GB/s total = 300 per direction; efficiency 0.62 and "
+                         "latency 450 ns per link: " + _NCCL.format("a100", "all-reduce on 2, 4, 8 GPUs and "
+                                                                             "send/recv between 2, in one node"),
+             "scale_out": "DGX A100: 8 ConnectX-6 HDR 200 Gb/s compute ports, one per GPU = 25 GB/s; efficiency "
+                          "0.73 and latency 10,000 ns per link measured on the H100's NDR ports (vidur's A100 "
+                          "nodes share one port: presets.py)"},
+    "h100": {"scale_up": "NVIDIA H100 datasheet: NVLink 900 GB/s total = 450 per direction; efficiency 0.74 and "
+                         "latency 300 ns per link: " + _NCCL.format("h100", "all-reduce on 2, 4, 8 GPUs and "
+                                                                             "send/recv between 2, in one node"),
+             "scale_out": "DGX H100: 8 ConnectX-7 NDR 400 Gb/s ports, one per GPU = 50 GB/s; efficiency 0.73 and "
+                          "latency 10,000 ns per link: " + _NCCL.format("h100", "send/recv between two nodes")},
 }
 
 _FLASH_A100 = ("FlashAttention-2 (Dao 2023, arXiv 2307.08691) on A100: forward up to 73% of the "
@@ -187,7 +218,7 @@ def _shaped(gpu: GpuSpec) -> GpuSpec:
 A100_GPU = _shaped(A100_CALIBRATED)
 H100_GPU = _shaped(H100_CALIBRATED)
 
-PRESETS = (
+_DATASHEET_PRESETS = (
     HardwareSpec(
         name="a100",
         description="nodes of 8 A100 SXM4 80GB on NVLink 3 / NVSwitch, joined by InfiniBand HDR "
@@ -218,9 +249,25 @@ PRESETS = (
 
 def _calibrated(hw: HardwareSpec, gpu: GpuSpec) -> HardwareSpec:
     return replace(hw, name=f"{hw.name}-calibrated", gpu=gpu,
-                   description=f"{hw.description}; kernels timed by the calibrated model (one GEMM efficiency), "
-                               f"as the {hw.name} preset was before it was fitted to measured kernels")
+                   description=f"{hw.description}; kernels timed by the calibrated model (one GEMM efficiency) and "
+                               f"links from datasheets, as the {hw.name} preset was before it was fitted to measured "
+                               f"kernels and collectives")
 
 
 #: the presets as they were, under their own names (the constant-efficiency ``calibrated`` model)
-CALIBRATED_PRESETS = (_calibrated(PRESETS[0], A100_CALIBRATED), _calibrated(PRESETS[1], H100_CALIBRATED))
+CALIBRATED_PRESETS = (_calibrated(_DATASHEET_PRESETS[0], A100_CALIBRATED),
+                      _calibrated(_DATASHEET_PRESETS[1], H100_CALIBRATED))
+
+
+def _measured(hw: HardwareSpec) -> HardwareSpec:
+    """``hw`` with each link's efficiency and latency from the measured NCCL tables."""
+    links = {tier: replace(getattr(hw, tier), efficiency=eff, latency_ns=lat)
+             for tier, (eff, lat) in MEASURED_LINKS[hw.name].items()}
+    sources = {k: v for k, v in hw.sources.items() if k not in LINK_SOURCES}
+    return replace(hw, **links, sources={**sources, **MEASURED_SOURCES[hw.name],
+                                         "efficiency": "per link, fitted to measured NCCL times (presets.py)",
+                                         "latency_ns": "per link, fitted to measured NCCL times (presets.py)"})
+
+
+#: a100 and h100: kernels by the shaped model, links as measured
+PRESETS = tuple(_measured(hw) for hw in _DATASHEET_PRESETS)

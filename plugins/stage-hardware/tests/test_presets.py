@@ -59,11 +59,13 @@ def test_datasheet_figures():
     assert (a100.gpu.peak_flops("bf16"), a100.gpu.hbm_gbps, a100.gpu.sm_count) == (312e12, 2039.0, 108)
     assert (h100.gpu.peak_flops("bf16"), h100.gpu.hbm_gbps, h100.gpu.sm_count) == (989.4e12, 3350.0, 132)
     assert [(p.scale_up.bandwidth_gbps, p.scale_out.bandwidth_gbps) for p in PRESETS] == [(300, 25), (450, 50)]
+    assert [(p.scale_up.bandwidth_gbps, p.scale_out.bandwidth_gbps) for p in CALIBRATED_PRESETS] == [(300, 25),
+                                                                                                    (450, 50)]
 
 
-def test_h100_nvlink_is_astra_sims_validated_configuration():
-    # HGX-H100-validated.yml: 400 (GB of 2^30 bytes per second), 936.25 ns
-    link = BY_NAME["h100"].scale_up
+def test_h100_calibrated_nvlink_is_astra_sims_validated_configuration():
+    # HGX-H100-validated.yml: 400 (GB of 2^30 bytes per second), 936.25 ns: the old preset's links
+    link = CALIBRATED["h100"].scale_up
     assert link.bytes_per_second / 2**30 == pytest.approx(400.0)
     assert link.latency_ns == NVLINK_LATENCY_NS == 936.25
     assert IB_LATENCY_NS == pytest.approx(936.25 * 9.6 / 3.4, abs=0.05)
