@@ -648,6 +648,11 @@ class Lowerer:
             for rs in by_tensor.values():
                 self._gather_bytes[(rs[0].tensor, self.lk(rs[-1].after))] = self.sizes.nbytes(rs[0].tensor,
                                                                                               rs[0].before)
+            if self.sg.gather_unit == "parameter":  # one all-gather per parameter tensor
+                got[layer] = [(key, self._gather_bytes[(rs[0].tensor, self.lk(rs[-1].after))],
+                               [(rs[0].tensor, self.lk(rs[-1].after))])
+                              for key, tensors in by_key.items() for rs in tensors]
+                continue
             got[layer] = [(key, sum(self._gather_bytes[(rs[0].tensor, self.lk(rs[-1].after))] for rs in tensors),
                            [(rs[0].tensor, self.lk(rs[-1].after)) for rs in tensors])
                           for key, tensors in by_key.items()]

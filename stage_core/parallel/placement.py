@@ -112,6 +112,9 @@ class ShardedGraph:
     # an axis over which each pipeline message is split: every rank of the axis sends its slice of a
     # tensor replicated over it and the receiver all-gathers the slices (Megatron's scatter/gather)
     pipeline_split: str | None = None
+    # how ZeRO-3 / FSDP gathers stored shards: "layer" (one all-gather of a layer's parameters, an FSDP
+    # unit) or "parameter" (one all-gather per parameter tensor, as DeepSpeed's ZeRO-3 fetches them)
+    gather_unit: str = "layer"
     # axis -> block ("" for every block) -> dim names an op's sharding on that axis prefers,
     # where its inputs are sharded on different letters (sequence vs heads: DeepSpeed-Ulysses)
     prefer: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)

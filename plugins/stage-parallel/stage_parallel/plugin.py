@@ -31,7 +31,11 @@ def stage_strategies():
                      options=(OptionSpec(s.ZERO_RESHARD, bool, True,
                                          "ZeRO-3: gather each layer's weights again for backward and every "
                                          "micro-batch (FSDP's reshard after forward); --no-zero-reshard gathers "
-                                         "them once per step and keeps them (Llama 3's FSDP)"),)),
+                                         "them once per step and keeps them (Llama 3's FSDP)"),
+                              OptionSpec(s.ZERO_GATHER, str, "layer",
+                                         "how ZeRO-3 gathers parameters before a layer runs: layer (one all-gather "
+                                         "of its parameters, an FSDP unit) or parameter (one per tensor, as "
+                                         "DeepSpeed's ZeRO-3 fetches them)", choices=s.ZERO_GATHERS))),
         StrategySpec("ep", "ep", s.validate_ep, s.apply_ep, order=45,
                      description="expert parallel (Megatron-Core): experts split over ep (carved out of dp x cp) "
                                  "and etp, tokens dispatched by all-to-all or all-gather, expert gradients "

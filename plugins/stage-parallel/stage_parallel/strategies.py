@@ -139,6 +139,12 @@ def validate_zero(graph, plan) -> list[str]:
     return []
 
 
+#: how ZeRO-3 gathers parameters: a layer's at once (an FSDP unit) or each tensor on its own
+#: (DeepSpeed's ZeRO-3 fetches parameters one by one as modules ask for them)
+ZERO_GATHER = "zero-gather"
+ZERO_GATHERS = ("layer", "parameter")
+
+
 def apply_zero(sg: ShardedGraph, mesh, plan) -> ShardedGraph:
     """ZeRO over the data-parallel ranks, which are dp x cp with context parallel (as
     Megatron's distributed optimizer shards over its data-parallel-with-CP group).  With
@@ -148,6 +154,7 @@ def apply_zero(sg: ShardedGraph, mesh, plan) -> ShardedGraph:
     stage = plan.zero
     if stage >= 3 and not plan.option(ZERO_RESHARD, True):
         sg.keep_gathered = True
+    sg.gather_unit = plan.option(ZERO_GATHER, "layer")
     for axis in ("dp", "cp"):
         if not sg.active(axis) or axis not in sg.grad_target:
             continue
