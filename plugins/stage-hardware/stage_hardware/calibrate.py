@@ -30,7 +30,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("profile", metavar="PROFILE.json|TABLE.csv",
                    help="torch.profiler trace (export_chrome_trace, record_shapes=True; .json or .json.gz), or a CSV "
                         "table of measured kernel times (columns op,dtype,batch,m,n,k,heads,kv_heads,head_dim,seq_q,"
-                        "seq_k,causal,bytes,us,name; op gemm, flash_fwd, flash_bwd, memory or norm)")
+                        "seq_k,causal,bytes,us,name; op gemm, flash_fwd, flash_bwd, memory or norm), or a CSV table "
+                        "of measured collective times (op,ranks,ranks_per_node,bytes,us,name; op all_reduce, "
+                        "all_gather, reduce_scatter, all_to_all or send): the links are fitted then")
     p.add_argument("--gpu", required=True, metavar="NAME|FILE",
                    help="the hardware preset (or file) the profile ran on: its datasheet and starting parameters")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="the hardware file to write (JSON)")
@@ -49,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
 def calibrate(host: PluginHost, profile: Path, gpu: str, output: Path, out=print, force: bool = False,
               points: Path | None = None) -> int:
     hw = hardware.resolve(host, gpu)
+    if profile.suffix.lower() == ".csv" and tables.kind_of(profile) == "collectives":
+        return calibrate_links(hw, profile, gpu, output, out, force, points)
     model = host.compute_model(hw.gpu.compute_model, hw.gpu.name)
     if model.fit is None:
         raise UsageError(f"--gpu {gpu}: its compute model {model.name!r} has no parameters to fit; "
@@ -91,22 +95,60 @@ def calibrate(host: PluginHost, profile: Path, gpu: str, output: Path, out=print
         new = gpu_spec.parameters.get(name)
         how = "fitted" if name in fitted else "kept (the profile does not fix it)"
         out(f"  {name:<22} {old!s:>10} -> {new:.4g}  {how}" if new is not None else f"  {name:<22} -")
-    rows = point_errors(found.samples, labels, model.time, gpu_spec)
+    return _finish(point_errors(found.samples, labels, model.time, gpu_spec), points, output, "--gpu", out, rule)
+
+
+def _finish(rows, points: Path | None, output: Path, use: str, out, rule) -> int:
+    """Each point's error summarised (and, with ``points``, written); what was written."""
     for line in error_summary(rows):
         out(line)
     if points is not None:
         write_points(rows, points, **rule)
-        out(f"wrote {points} (each point's measured and fitted time)")
-    out(f"wrote {output} (use it with --gpu {output})")
+        out(f"wrote {points} (each point's measured and modelled time)")
+    out(f"wrote {output} (use it with {use} {output})")
     return 0
+
+
+def calibrate_links(hw, table: Path, gpu: str, output: Path, out, force: bool, points: Path | None) -> int:
+    """A collective table: the links' efficiency and latency that make ASTRA-sim's analytical
+    network nearest the measured times (:mod:`.links`)."""
+    from . import links  # (the core's copy of the simulator's network)
+
+    rule = dict(inputs=[table] + ([Path(gpu)] if Path(gpu).is_file() else []), force=force)
+    check_output_file(output, "-o", **rule)
+    if points is not None:
+        check_output_file(points, "--points", **rule)
+    measured = tables.read_collectives(table)
+    wide = [p for p in measured if p.ranks_per_node > hw.gpus_per_node]
+    if wide:
+        raise UsageError(f"{table}: {wide[0].ranks_per_node} GPUs per node in '{wide[0].name}', but --gpu {gpu} has "
+                         f"{hw.gpus_per_node} GPUs per node")
+    fitted_hw, fitted = links.fit(hw, measured)
+    sources = dict(fitted_hw.sources)
+    for tier, (efficiency, latency, error, count) in fitted.items():
+        sources[tier] = (f"{getattr(hw, tier).name} {getattr(hw, tier).bandwidth_gbps:g} GB/s; efficiency "
+                         f"{efficiency:g} and latency {latency:g} ns per link fit by stage calibrate to {count} "
+                         f"collectives of {table.name}")
+    result = dataclasses.replace(fitted_hw, name=output.stem, sources=sources,
+                                 description=f"{hw.description}, links calibrated on {table.name}")
+    hardware.save(result, output, "-o", **rule)
+    out(f"{table.name}: {len(measured)} collectives ({sum(p.ranks == p.ranks_per_node for p in measured)} in one "
+        f"node, {sum(p.ranks != p.ranks_per_node for p in measured)} across nodes)")
+    for tier in ("scale_up", "scale_out"):
+        old, new = getattr(hw, tier), getattr(fitted_hw, tier)
+        how = (f"fitted to {fitted[tier][3]} points, mean error {100 * fitted[tier][2]:.1f}%" if tier in fitted
+               else "kept (no point on this tier)")
+        out(f"  {tier:<10} efficiency {old.efficiency:.4g} -> {new.efficiency:.4g}, latency {old.latency_ns:g} -> "
+            f"{new.latency_ns:g} ns per link  {how}")
+    rows = [(f"{p.op} {p.ranks} GPUs " + ("one node" if p.ranks == p.ranks_per_node else
+                                          f"{p.ranks // p.ranks_per_node} nodes"),
+             p.name or p.op, p.seconds, links.model_seconds(fitted_hw, p)) for p in measured]
+    return _finish(rows, points, output, "--system", out, rule)
 
 
 def _measured(source: Path) -> tuple[kineto.Profile, list[str] | None]:
     """The samples of a profile (labels None) or of a kernel table (each row's label)."""
     if source.suffix.lower() == ".csv":
-        if tables.kind_of(source) != "kernels":
-            raise UsageError(f"{source}: a collective table; `stage calibrate` fits kernel tables here (columns "
-                             "op,...,us with op gemm, flash_fwd, flash_bwd, memory or norm)")
         found = tables.read_kernels(source)
         total = sum(p.seconds for p in found)
         profile = kineto.Profile(samples=[(p.kernel, p.seconds) for p in found], kernel_seconds=total)
