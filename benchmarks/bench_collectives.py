@@ -3,10 +3,10 @@
 For each table under ``plugins/stage-hardware/data`` (NCCL kernel times measured by
 microsoft/vidur on DGX A100 and DGX H100 nodes: all-reduce over 2-16 GPUs in one node and
 across nodes, send/recv inside a node and between two), each point is timed as ASTRA-sim's
-analytical network times it on the preset (`stage estimate`'s network model, equal to the
-simulator to the nanosecond): the members a ring over ``ranks_per_node`` GPUs of each node,
-crossing nodes between GPUs of one local index, as NCCL's rings do; a group of every GPU
-of several nodes is ASTRA-sim's whole-world collective.  Per curve: the median and worst
+analytical network times it on the preset (the core's netmodel, equal to the simulator to
+the nanosecond; `stage_hardware.links.model_seconds`): a ring over ``ranks_per_node`` GPUs of
+each node, crossing nodes between GPUs of one local index, as NCCL's rings do; a group of
+every GPU of several nodes is ASTRA-sim's whole-world collective.  Per curve: the median and worst
 error (model / measured - 1) from 64 KiB, and the median per size band, for the preset
 (links fitted to these tables) and the ``*-calibrated`` preset (links from datasheets).
 
@@ -22,31 +22,10 @@ from pathlib import Path
 
 from stage_core.api import PluginHost
 from stage_hardware import tables
-from stage_search.network import Network
+from stage_hardware.links import model_seconds
 
 DATA = Path(__file__).parents[1] / "plugins" / "stage-hardware" / "data"
 BANDS = ((64 << 10, 1 << 20, "64K-1M"), (1 << 20, 16 << 20, "1M-16M"), (16 << 20, 1 << 40, "16M+"))
-
-
-def members(ranks: int, per_node: int, node: int) -> list[int]:
-    """``per_node`` GPUs of each of ``ranks // per_node`` nodes, in ring order: odd nodes backwards, so each
-    crossing joins two GPUs of one local index (ASTRA-sim sends a message over the first dimension in which
-    two addresses differ, NCCL's rings cross nodes between GPUs of one index)."""
-    out = []
-    for j in range(ranks // per_node):
-        local = range(per_node) if j % 2 == 0 else range(per_node - 1, -1, -1)
-        out += [j * node + i for i in local]
-    return out
-
-
-def model_seconds(hw, point: tables.CollectivePoint) -> float:
-    node = hw.gpus_per_node
-    group = members(point.ranks, point.ranks_per_node, node)
-    nodes = len({r // node for r in group})
-    net = Network.of(hw, node * nodes)
-    if point.op == "send":
-        return net.message_ns(group[0], group[1], point.bytes) * 1e-9
-    return net.collective_ns(point.op, point.bytes, group) * 1e-9
 
 
 def main() -> int:

@@ -32,9 +32,9 @@ TOKENS = sorted({2**i for i in range(16)} | {3 * 2**i for i in range(1, 14)}
                 | {40, 200, 1000, 1184, 1696, 2720, 3008, 5056, 10112, 20224})
 MODELS = ("Qwen/Qwen-72B", "codellama/CodeLlama-34b-Instruct-hf", "internlm/internlm-20b", "meta-llama/Llama-2-70b-hf",
           "meta-llama/Llama-2-7b-hf", "meta-llama/Meta-Llama-3-70B", "meta-llama/Meta-Llama-3-8B", "microsoft/phi-2")
-#: message sizes kept: the measured size nearest each power of two and 1.5x from 2 KiB (vidur measures
-#: 2 KiB to 64 MiB in steps of 8 KiB and more)
-SIZES = sorted({2**i for i in range(11, 27)} | {3 * 2**i for i in range(10, 26)})
+#: message sizes kept: the measured size nearest each power of two and 1.5x from 64 KiB, the smallest a
+#: training step moves much of (vidur measures 2 KiB to 64 MiB in steps of 8 KiB and more)
+SIZES = sorted({2**i for i in range(16, 27)} | {3 * 2**i for i in range(15, 26)})
 KERNEL_HEADER = ["op", "dtype", "batch", "m", "n", "k", "heads", "kv_heads", "head_dim", "seq_q", "seq_k", "causal",
                  "bytes", "us", "name"]
 

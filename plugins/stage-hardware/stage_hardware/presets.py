@@ -21,7 +21,8 @@ Those are the links of the ``*-calibrated`` presets.
 The ``a100`` and ``h100`` presets take each link's efficiency and latency from measured
 NCCL times instead (:data:`MEASURED_LINKS`): the values with which ASTRA-sim's analytical
 network (ring collectives, 4 chunks, as the adapter configures it) comes nearest, in mean
-relative error, to microsoft/vidur's NCCL kernel times on DGX A100 and DGX H100 nodes
+relative error (``stage calibrate data/<gpu>-collectives.csv``), to microsoft/vidur's NCCL kernel
+times on DGX A100 and DGX H100 nodes
 (``data/<gpu>-collectives.csv``, 64 KiB to 64 MiB): inside a node, all-reduce over 2, 4 and
 8 GPUs and send/recv between 2; across nodes, the H100's send/recv between two nodes (one
 400 Gb/s port per GPU).  vidur's A100 nodes reach 7.8 GB/s between two GPUs of two nodes
@@ -105,21 +106,21 @@ LINK_SOURCES = {
 }
 
 #: (efficiency, latency ns) per link fitted to the measured NCCL tables (see above)
-MEASURED_LINKS = {"a100": {"scale_up": (0.62, 450.0), "scale_out": (0.73, 10000.0)},
-                  "h100": {"scale_up": (0.74, 300.0), "scale_out": (0.73, 10000.0)}}
+MEASURED_LINKS = {"a100": {"scale_up": (0.62, 436.0), "scale_out": (0.73, 9852.0)},
+                  "h100": {"scale_up": (0.74, 279.0), "scale_out": (0.73, 9852.0)}}
 _NCCL = "fit of ASTRA-sim's analytical ring to microsoft/vidur's NCCL times @ 7d47513 (data/{}-collectives.csv): {}"
 MEASURED_SOURCES = {
     "a100": {"scale_up": "NVIDIA A100 datasheet: NVLink 600 GB/s total = 300 per direction; efficiency 0.62 and "
-                         "latency 450 ns per link: " + _NCCL.format("a100", "all-reduce on 2, 4, 8 GPUs and "
+                         "latency 436 ns per link: " + _NCCL.format("a100", "all-reduce on 2, 4, 8 GPUs and "
                                                                              "send/recv between 2, in one node"),
              "scale_out": "DGX A100: 8 ConnectX-6 HDR 200 Gb/s compute ports, one per GPU = 25 GB/s; efficiency "
-                          "0.73 and latency 10,000 ns per link measured on the H100's NDR ports (vidur's A100 "
+                          "0.73 and latency 9,852 ns per link measured on the H100's NDR ports (vidur's A100 "
                           "nodes share one port: presets.py)"},
     "h100": {"scale_up": "NVIDIA H100 datasheet: NVLink 900 GB/s total = 450 per direction; efficiency 0.74 and "
-                         "latency 300 ns per link: " + _NCCL.format("h100", "all-reduce on 2, 4, 8 GPUs and "
+                         "latency 279 ns per link: " + _NCCL.format("h100", "all-reduce on 2, 4, 8 GPUs and "
                                                                              "send/recv between 2, in one node"),
              "scale_out": "DGX H100: 8 ConnectX-7 NDR 400 Gb/s ports, one per GPU = 50 GB/s; efficiency 0.73 and "
-                          "latency 10,000 ns per link: " + _NCCL.format("h100", "send/recv between two nodes")},
+                          "latency 9,852 ns per link: " + _NCCL.format("h100", "send/recv between two nodes")},
 }
 
 _FLASH_A100 = ("FlashAttention-2 (Dao 2023, arXiv 2307.08691) on A100: forward up to 73% of the "

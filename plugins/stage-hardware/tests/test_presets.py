@@ -8,8 +8,8 @@ from pathlib import Path
 from stage_core.api import hardware, kernel
 from stage_hardware import shaped, tables
 from stage_hardware.compute import PARAMETERS, calibrated_time
-from stage_hardware.presets import (CALIBRATED_PRESETS, IB_LATENCY_NS, MAMF_GEMM, NVLINK_LATENCY_NS, PRESETS,
-                                    SHAPED_FIT)
+from stage_hardware.presets import (CALIBRATED_PRESETS, IB_LATENCY_NS, MAMF_GEMM, MEASURED_LINKS, NVLINK_LATENCY_NS,
+                                    PRESETS, SHAPED_FIT)
 
 BY_NAME = {p.name: p for p in PRESETS}
 CALIBRATED = {p.name.removesuffix("-calibrated"): p for p in CALIBRATED_PRESETS}
@@ -92,3 +92,21 @@ def test_presets_survive_a_hardware_file(tmp_path):
         path = tmp_path / f"{preset.name}.json"
         hardware.save(preset, path)
         assert hardware.load(path) == preset
+
+
+def test_the_presets_links_are_the_fit_of_the_measured_nccl_tables():
+    """The a100's NVLink and the h100's NVLink and InfiniBand efficiency and latency are what `stage
+    calibrate` fits (ASTRA-sim's analytical network, the core's netmodel) to vidur's NCCL times; the a100's
+    InfiniBand takes the h100's (vidur's A100 nodes share one port: data/README.md)."""
+    from stage_hardware import links
+
+    for name, tiers in (("h100", ("scale_up", "scale_out")), ("a100", ("scale_up",))):
+        points = [p for p in tables.read_collectives(DATA / f"{name}-collectives.csv")
+                  if tiers == ("scale_up", "scale_out") or p.ranks == p.ranks_per_node]
+        fitted, _ = links.fit(BY_NAME[name], points)
+        for tier in tiers:
+            link = getattr(fitted, tier)
+            assert (link.efficiency, link.latency_ns) == MEASURED_LINKS[name][tier], (name, tier)
+            assert getattr(BY_NAME[name], tier).efficiency == MEASURED_LINKS[name][tier][0]
+    assert MEASURED_LINKS["a100"]["scale_out"] == MEASURED_LINKS["h100"]["scale_out"]
+    assert BY_NAME["a100"].scale_out.bandwidth_gbps == 25.0  # HDR per GPU, the DGX A100's datasheet
