@@ -43,8 +43,13 @@ DEFAULT_GPU_MEMORY = DEFAULT_GPU_MEMORY_GIB * GiB
 # --------------------------------------------------------------------------- commands
 
 
-def _gpu(host: PluginHost, name: str | None):
-    return hardware.resolve(host, name) if name else None
+#: the GPU `stage generate` and `stage report` time kernels on when no --gpu is given
+#: (``--gpu none``: untimed, the simulator's roofline times them)
+DEFAULT_GPU = "h100"
+
+
+def _gpu(host: PluginHost, name: str | None, default: str | None = None):
+    return hardware.resolve_or_none(host, name, default)
 
 
 def _max_nodes(args) -> int:
@@ -65,7 +70,7 @@ def cmd_generate(host: PluginHost, args) -> int:
     if plan.task == SERVE and req.serve["prefill-ranks"] and req.serve["decode-ranks"]:
         world = req.serve["prefill-ranks"] + req.serve["decode-ranks"]
     ranks = None if args.ranks is None else parse_ranks(args.ranks, world)
-    gpu = _gpu(host, req.gpu)
+    gpu = _gpu(host, req.gpu, DEFAULT_GPU)
     start = time.perf_counter()
     progress = progress_of(args)
     with progress.phase("planning"):
@@ -93,10 +98,13 @@ def cmd_generate(host: PluginHost, args) -> int:
     print(f"wrote {count} ({what}; {classes}, {nodes:,} nodes) to {out}/ in {seconds:.2f} s{check}")
     if gpu is not None:
         longest = max(rc["compute_time_us"] for rc in result.manifest["rank_classes"])
-        print(f"timed on {gpu.name} ({result.manifest['compute_model']} compute model): "
+        given = "" if req.gpu else f" (the default; --gpu NAME for another, --gpu {hardware.UNTIMED} for none)"
+        print(f"timed on {gpu.name}{given} ({result.manifest['compute_model']} compute model): "
               f"up to {longest / 1e3:,.3f} ms of compute per GPU per step")
         _print_fit(result.manifest["rank_classes"], gpu)
     else:
+        print("untimed: the simulator's roofline will time every kernel (its system's peak-perf and local-mem-bw); "
+              f"--gpu NAME times them here")
         _warn_zero_first_kernel(host, result.job.programs)
     return 0
 
@@ -119,8 +127,14 @@ def _print_warnings(result) -> None:
 
 def rooflines(host: PluginHost) -> dict[str, tuple[float, float]]:
     """The registered GPUs' rooflines as ASTRA-sim's system.json gives them: {name: (peak
-    TFLOPS bf16, HBM GB/s)} (what generate warns about and validate's verdict uses)."""
-    return {hw.name: (hw.gpu.peak_flops("bf16") / 1e12, hw.gpu.hbm_gbps) for hw in host.hardware()}
+    TFLOPS bf16, HBM GB/s)} (what generate warns about and validate's verdict uses); a roofline two
+    presets share (a GPU's variants, ``a100`` and ``a100-calibrated``) is named once, by the first."""
+    out: dict[str, tuple[float, float]] = {}
+    for hw in host.hardware():
+        roof = (hw.gpu.peak_flops("bf16") / 1e12, hw.gpu.hbm_gbps)
+        if roof not in out.values():
+            out[hw.name] = roof
+    return out
 
 
 def _warn_zero_first_kernel(host: PluginHost, programs) -> None:
@@ -176,7 +190,7 @@ def cmd_report(host: PluginHost, args) -> int:
     req = plan_from_args(args, host)
     _print_notes(req)
     plan = req.plan
-    gpu = _gpu(host, req.gpu)
+    gpu = _gpu(host, req.gpu, DEFAULT_GPU)  # as generate times the set, so the two agree
     gpu_memory, memory_from = _gpu_memory(args, gpu)
     if args.gpu_memory is not None and not plan.inference:
         raise UsageError(f"--gpu-memory {args.gpu_memory:g}: sizes the largest batch of --task prefill, decode or "
@@ -504,7 +518,7 @@ def build_parser(host: PluginHost | None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("generate", help="write one trace per GPU (default: gpt-tiny on 8 GPUs into ./traces)")
     add_plan_flags(p, host)
-    add_gpu_flag(p, host)
+    add_gpu_flag(p, host, default=DEFAULT_GPU)
     formats = [b.name for b in host.backends()] if host is not None else []
     _host_choice_flag(p, "--format", formats, "chakra", "trace format")
     p.set_defaults(format="chakra")
@@ -519,7 +533,7 @@ def build_parser(host: PluginHost | None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="FLOPs, memory and traffic per rank class, without writing traces")
     add_plan_flags(p, host, writes=False)
-    add_gpu_flag(p, host)
+    add_gpu_flag(p, host, default=DEFAULT_GPU)
     p.add_argument("--json", action="store_true", help="print the manifest's JSON instead of a table")
     p.add_argument("--gpu-memory", type=float, metavar="GiB",
                    help="prefill/decode: memory per GPU in GiB (2^30 bytes) for the largest batch that fits "

@@ -163,9 +163,10 @@ def add_gpu_flag(p: argparse.ArgumentParser, host=None, default: str | None = No
         host = getattr(p, "stage_host", None)
     presets = [h.name for h in host.hardware()] if host is not None else []
     fallback = f"default: the --plan's GPU, else {default}" if default else "default: the --plan's GPU, else untimed"
-    p.add_argument("--gpu", metavar="|".join([*presets, "FILE"]),
+    p.add_argument("--gpu", metavar="|".join([*presets, "FILE", "none"]),
                    help="time every kernel on this GPU: a hardware preset or a hardware file (`stage calibrate` "
-                        f"writes one); each compute node gets its duration ({fallback})")
+                        f"writes one); each compute node gets its duration ({fallback}; none: untimed, the "
+                        "simulator's roofline times the kernels)")
 
 
 # --------------------------------------------------------------------------- settings -> plan

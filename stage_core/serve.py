@@ -384,7 +384,7 @@ def serve_manifest(pre, dec, transfers, routes: Routes, world: int) -> dict:
                         "max_sent_per_prefill_rank": max(sent.values(), default=0),
                         "max_received_per_decode_rank": max(received.values(), default=0)},
     }
-    for key in ("hardware", "compute_model"):
+    for key in ("hardware", "compute_model", "kernel_times"):
         if key in pre.manifest:
             out[key] = pre.manifest[key]
     return out

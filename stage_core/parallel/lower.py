@@ -30,7 +30,7 @@ from ..ir.ops import BACKWARD, FORWARD, MATMUL, OPTIMIZER, Op, parse_spec
 from ..ir.tensor import DTYPE_BYTES, Role, Tensor
 from ..trace import COMM_KEYS, CollectiveType, NodeType, ProgramNode, RankProgram
 from .mesh import Mesh
-from .placement import FLAT, Partial, Shard, layout_key
+from .placement import FLAT, Partial, Replicate, Shard, layout_key
 from .plan import Plan
 from .overlap import Background, place
 from .propagate import OpPlan, Propagation, Redistribute
@@ -462,7 +462,7 @@ class Lowerer:
             mm, other, nbytes = self.cost(op)
             dtype = (op.inputs or op.outputs)[0].dtype
             got = kernel(op.kind, op.fn, op.phase, op.spec, self.sizes.local_letters(op, self.prop.plan(op)),
-                         dtype, flops=mm + other, matmul_flops=mm, nbytes=nbytes)
+                         dtype, flops=mm + other, matmul_flops=mm, nbytes=nbytes, causal=bool(op.attrs.get("causal")))
             self._kernels[op] = got
         return got
 
@@ -668,6 +668,11 @@ class Lowerer:
             for rs in by_tensor.values():
                 self._gather_bytes[(rs[0].tensor, self.lk(rs[-1].after))] = self.sizes.nbytes(rs[0].tensor,
                                                                                               rs[0].before)
+            if self.sg.gather_unit == "parameter":  # one all-gather per parameter tensor
+                got[layer] = [(key, self._gather_bytes[(rs[0].tensor, self.lk(rs[-1].after))],
+                               [(rs[0].tensor, self.lk(rs[-1].after))])
+                              for key, tensors in by_key.items() for rs in tensors]
+                continue
             got[layer] = [(key, sum(self._gather_bytes[(rs[0].tensor, self.lk(rs[-1].after))] for rs in tensors),
                            [(rs[0].tensor, self.lk(rs[-1].after)) for rs in tensors])
                           for key, tensors in by_key.items()]
@@ -776,6 +781,19 @@ class Lowerer:
                     out[(t, self.chunk[src], c, phase)] = None
                     received.add((t, c))
         return list(out)
+
+    def message_size(self, t: Tensor) -> tuple[int, str | None]:
+        """Bytes a pipeline message of ``t`` carries, and the axis the receiver gathers it over
+        (None: the whole tensor is sent).  Under the graph's ``pipeline_split`` a tensor
+        replicated over that axis is cut in as many slices as the axis has ranks (the last
+        rounded up) and each rank sends its own."""
+        layout = self.prop.produced.get(t, {})
+        whole = self.sizes.nbytes(t, layout)
+        axis = self.sg.pipeline_split
+        degree = self.mesh.degrees.get(axis, 1) if axis else 1
+        if degree < 2 or not isinstance(layout.get(axis, Replicate()), Replicate):
+            return whole, None
+        return -(-whole // degree), axis
 
     def peer_key(self, src_chunk: int, dst_chunk: int, sending: bool) -> str:
         delta = self.stage_of(dst_chunk) - self.stage_of(src_chunk)
@@ -914,9 +932,13 @@ class Lowerer:
                 for x in self.crossings:  # (W has no pipeline messages: B sends the input gradient)
                     t, src, dst, ph = x
                     if dst == c and ph == kind and self.stage_of(src) != stage:  # (a V's turn stays on the stage)
-                        rid = prog.p2p(f"{tag}.{'fwd' if ph == 'F' else 'bwd'}:recv:{t.name}", NodeType.COMM_RECV,
-                                       self.sizes.nbytes(t, self.prop.produced.get(t, {})),
+                        size, gather_axis = self.message_size(t)
+                        name = f"{tag}.{'fwd' if ph == 'F' else 'bwd'}"
+                        rid = prog.p2p(f"{name}:recv:{t.name}", NodeType.COMM_RECV, size,
                                        self.peer_key(src, dst, False), 1 + m * len(self.crossings) + index[x], ())
+                        if gather_axis:  # the slices of the axis's ranks gathered back into the whole tensor
+                            rid = prog.coll(f"{name}:gather:{t.name}", CollectiveType.ALL_GATHER, size,
+                                            self.key(gather_axis), (rid,))
                         versions[(t, self.lk(self.prop.produced.get(t, {})))] = (rid,)
                         versions[(t, None)] = (rid,)
                 if kind == "F":
@@ -954,8 +976,8 @@ class Lowerer:
                     if src == c and ph == kind and self.stage_of(dst) != stage:
                         deps = versions.get((t, self.lk(self.prop.produced.get(t, {}))), versions.get((t, None), ()))
                         prog.p2p(f"{tag}.{'fwd' if ph == 'F' else 'bwd'}:send:{t.name}", NodeType.COMM_SEND,
-                                 self.sizes.nbytes(t, self.prop.produced.get(t, {})),
-                                 self.peer_key(src, dst, True), 1 + m * len(self.crossings) + index[x], deps)
+                                 self.message_size(t)[0], self.peer_key(src, dst, True),
+                                 1 + m * len(self.crossings) + index[x], deps)
             prog.end_step(parts[0][1])
         unsynced = [i for i, ops in enumerate(pending) if ops]
         if unsynced:  # every gradient's maker runs on this stage: a bucket left means lowering lost one

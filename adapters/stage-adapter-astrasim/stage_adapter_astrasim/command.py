@@ -125,7 +125,8 @@ def run_astrasim(trace_dir: str | Path, *, astra_sim: str | None = None,
 
     print(f"running {prep.binary} ({prep.backend.name}) on {prep.traces.world_size} ranks "
           f"(system {prep.configs.system_source}, network {prep.configs.network_source}"
-          + (f", topology {prep.meta['topology']}" if "topology" in prep.meta else "") + ")", file=err)
+          + (f", topology {prep.meta['topology']}" if "topology" in prep.meta else "")
+          + f"); kernels: {prep.meta['kernel_times']}", file=err)
     for note in prep.notes:
         print(f"note: {note}", file=err)
     done = simulate.run(prep)
@@ -181,7 +182,8 @@ def _print_command(prep: simulate.Prepared, as_json: bool, out: TextIO) -> int:
                    "argv": runner.argv(runner.PLACEHOLDER.format(name=backend.name), prep.paths)}
         out.write(json.dumps(payload, indent=2) + "\n")
         return 0
-    out.write(f"ASTRA-sim configs written to {prep.work}\n"
+    out.write(f"kernels: {prep.meta['kernel_times']}\n"
+              f"ASTRA-sim configs written to {prep.work}\n"
               f"No simulator given (--astra-sim BIN, ${backend.env_var}, or "
               f"{backend.path_names[0]} on PATH). Run"
               + (" in an empty folder (htsim writes ./log, ./logout.dat and ./idmap.txt)" if backend is backends.HTSIM

@@ -51,6 +51,25 @@ class Prepared:
     progress: Any = None  # (stage_core.api.Progress: the run's phases shown)
 
 
+def same_gpu(a, b) -> bool:
+    """Whether two GPU records time kernels alike (a network may differ; the kernels may not)."""
+    return (a.name, a.compute_model, dict(a.parameters), dict(a.matmul_tflops), a.hbm_gbps) == \
+        (b.name, b.compute_model, dict(b.parameters), dict(b.matmul_tflops), b.hbm_gbps)
+
+
+def kernel_timing(manifest: dict, system_json: dict, configs: Configs) -> dict[str, str]:
+    """What times the set's kernels, for results.json and the first line: its compute model on its
+    GPU, or (untimed) the simulator's roofline with the system's peak-perf and local-mem-bw."""
+    if manifest.get("compute_model") and isinstance(manifest.get("hardware"), dict):
+        return {"compute_model": manifest["compute_model"], "hardware": manifest["hardware"].get("name", ""),
+                "kernel_times": f"{hardware.kernel_times(manifest)} (the set's durations)"}
+    peak, bandwidth = system_json.get("peak-perf"), system_json.get("local-mem-bw")
+    return {"compute_model": "roofline (the simulator's)",
+            "hardware": configs.preset.name if configs.preset is not None else configs.system_source,
+            "kernel_times": f"untimed: the simulator's roofline times every kernel (peak-perf {peak} TFLOPS, "
+                            f"local-mem-bw {bandwidth} GB/s of {configs.system_source})"}
+
+
 @dataclass
 class SimRun:
     """What one run of the simulator gave."""
@@ -104,6 +123,8 @@ def prepare(trace_dir: str | Path, *, backend: str | None = None, astra_sim: str
         raise UsageError(f"--topology is htsim's fat tree; the {chosen.name} backend takes --network")
     presets = {h.name: h for h in host.hardware()}
     timed_for = traces.manifest.get("hardware")
+    timed_hw = None
+    asked = system
     if isinstance(timed_for, dict):
         timed_hw = hardware.from_dict(timed_for, f"{traces.root / 'manifest.json'}: hardware")
         presets.setdefault(timed_hw.name, timed_hw)
@@ -111,6 +132,11 @@ def prepare(trace_dir: str | Path, *, backend: str | None = None, astra_sim: str
     binary = runner.find_binary(chosen, astra_sim, env)  # fail on a bad binary before writing
     log = binary is not None and (traces.log_estimate() <= LOG_AUTO_LIMIT if log is None else log)
     configs = build_configs(traces.world_size, system, network, presets=presets, timed=traces.timed, trace=log)
+    if timed_hw is not None and asked is not None and configs.preset is not None \
+            and not same_gpu(configs.preset.gpu, timed_hw.gpu):
+        raise UsageError(f"--system {asked}: the set was timed for {timed_hw.name} ({hardware.kernel_times(traces.manifest)}"
+                         f"), so the simulator would run {configs.preset.name}'s network with {timed_hw.name}'s kernel "
+                         f"times; generate the set with --gpu {asked} to time it there, or leave --system out")
     npus = netyml.read_flow_lists(configs.network_text).get("npus_count") or [traces.world_size]
     if chosen.one_dimension and len(npus) > 1:
         raise UsageError(f"the {chosen.name} backend takes a network of one dimension, and world size "
@@ -162,7 +188,7 @@ def prepare(trace_dir: str | Path, *, backend: str | None = None, astra_sim: str
                             logging=work / timeline.LOGGING_FILE if log else None,
                             topology=work / htsim.TOPOLOGY_FILE if topo_text is not None else None)
     meta = {"trace_dir": str(traces.root), "backend": chosen.name, "system": configs.system_source,
-            "network": configs.network_source}
+            "network": configs.network_source, **kernel_timing(traces.manifest, system_json, configs)}
     if topo_source:
         meta["topology"] = topo_source
     return Prepared(traces, chosen, binary, configs, work, paths, meta, log, validate, tuple(notes),

@@ -59,6 +59,7 @@ def summarize(result: Result, est: Estimate, hw: HardwareSpec) -> dict:
     world = m["world_size"]
     step = est.step_time_s
     model_flops = sum(rc["flops"].get("model", 0) * len(rc["ranks"]) for rc in classes)
+    matmul_flops = sum(rc["flops"].get("matmul", 0) * len(rc["ranks"]) for rc in classes)
     peak = hw.gpu.peak_flops("bf16")
     tflops = model_flops / world / step / 1e12 if step else 0.0
     rows = []
@@ -70,8 +71,10 @@ def summarize(result: Result, est: Estimate, hw: HardwareSpec) -> dict:
     busiest = max(range(len(rows)), key=lambda i: rows[i]["compute_s"])
     return {
         "model": result.config.name, "plan": m["plan"], "world_size": world, "hardware": hw.name,
+        "compute_model": m.get("compute_model") or hw.gpu.compute_model,
         "step_time_s": step,
         "model_tflops_per_gpu": tflops,
+        "hardware_tflops_per_gpu": matmul_flops / world / step / 1e12 if step else 0.0,
         "mfu": tflops * 1e12 / peak,
         "memory_bytes": max(r["memory_bytes"] for r in rows),
         **({"memory_fit": fit} if (fit := memory_fit(classes, hw)) else {}),
@@ -94,9 +97,10 @@ def format_summary(s: dict) -> str:
     fit = s.get("memory_fit")
     beside = (f" of the {fit['gpu']}'s {fit['capacity_bytes'] / 2**30:g} GiB ({100 * fit['share']:.0f}%): "
               f"{'fits' if fit['fits'] else 'does NOT fit'}") if fit else ""
-    lines = [f"{s['model']}  {degrees}  world {s['world_size']:,}  on {s['hardware']}",
-             f"step time {s['step_time_s'] * 1e3:,.3f} ms   model {s['model_tflops_per_gpu']:,.1f} TFLOP/s per GPU"
-             f"   MFU {100 * s['mfu']:.1f}%",
+    lines = [f"{s['model']}  {degrees}  world {s['world_size']:,}  on {s['hardware']} "
+             f"(kernels timed by the {s['compute_model']} compute model)",
+             f"step time {s['step_time_s'] * 1e3:,.3f} ms   TFLOP/s per GPU: model {s['model_tflops_per_gpu']:,.1f}, "
+             f"hardware {s['hardware_tflops_per_gpu']:,.1f} (recompute included)   MFU {100 * s['mfu']:.1f}%",
              f"memory: up to {s['memory_bytes'] / 2**30:,.2f} GiB per GPU{beside}",
              ""]
     staged = p.get("pp", 1) > 1 and len(s["rank_classes"]) == p["pp"]

@@ -95,6 +95,7 @@ class Entry:
     exposed_comm_s: float
     step_time_s: float | None = None  # the replay's (stage estimate), for candidates
     simulated_s: float | None = None
+    hardware_tflops: float | None = None  # every matmul, recompute included, per GPU (the replayed candidates)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -105,7 +106,8 @@ class Entry:
         return {"plan": plan_flags(self.plan), "step_time_s": self.best_s,
                 "estimator": "replay" if self.step_time_s is not None else "fast",
                 "fast_step_time_s": self.fast_s, "simulated_step_time_s": self.simulated_s,
-                "mfu": self.mfu, "memory_bytes": int(self.memory_bytes), "exposed_comm_s": self.exposed_comm_s}
+                "mfu": self.mfu, "hardware_tflops_per_gpu": self.hardware_tflops,
+                "memory_bytes": int(self.memory_bytes), "exposed_comm_s": self.exposed_comm_s}
 
 
 def plan_flags(plan: Plan) -> list[str]:
@@ -277,6 +279,8 @@ def search(host: PluginHost, args, err=None) -> dict:
         classes = result.manifest["rank_classes"]
         model = sum(rc["flops"]["model"] * len(rc["ranks"]) for rc in classes) / result.job.world_size
         e.mfu = model / est.step_time_s / peak
+        matmul = sum(rc["flops"]["matmul"] * len(rc["ranks"]) for rc in classes) / result.job.world_size
+        e.hardware_tflops = matmul / est.step_time_s / 1e12
         e.memory_bytes = max(rc["memory_bytes"]["total"] for rc in classes)
         busiest = max(range(len(est.classes)), key=lambda i: est.classes[i].compute_ns)
         e.exposed_comm_s = est.classes[busiest].exposed_comm_ns * 1e-9
@@ -285,7 +289,8 @@ def search(host: PluginHost, args, err=None) -> dict:
     ranked = sorted(fits[:count], key=lambda e: e.step_time_s) + fits[count:]
     top = ranked[:args.top]
     simulated = _simulate(host, args, top + ([ref_entry] if ref_entry else []), hw, say, progress)
-    title = f"{config.name} on {args.gpus:,} {hw.name}, global batch {batch} x {seq}"
+    title = (f"{config.name} on {args.gpus:,} {hw.name}, global batch {batch} x {seq} (kernels timed by the "
+             f"{hw.gpu.compute_model} compute model)")
     text = _table(top, ref_entry, ranked, title, simulated)
     data = {"model": config.name, "gpus": args.gpus, "gpu": hw.name, "gpu_memory_bytes": capacity,
             "global_batch": batch, "seq_len": seq, "enumerated": space.enumerated, "valid": len(space.plans),
@@ -492,16 +497,18 @@ def _set_nodes(host, args, plan: Plan, hw) -> int:
 def _table(top: list[Entry], ref: Entry | None, ranked: list[Entry], title: str, simulated: dict) -> str:
     def row(rank, e: Entry, mark: str = "") -> list[str]:
         sim = _cell(e.simulated_s * 1e3) if e.simulated_s is not None else "-"
-        return [str(rank), plan_text(e.plan), _cell(e.best_s * 1e3), sim, f"{100 * e.mfu:.1f}%",
+        hw = _cell(e.hardware_tflops) if e.hardware_tflops is not None else "-"
+        return [str(rank), plan_text(e.plan), _cell(e.best_s * 1e3), sim, f"{100 * e.mfu:.1f}%", hw,
                 _cell(e.memory_bytes / GiB), _cell(e.exposed_comm_s * 1e3), mark]
 
     rows = [row(i, e) for i, e in enumerate(top, 1)]
     if ref is not None:
         rows.append(row(_rank(ranked, ref), ref, "<- --compare"))
-    headers = ["#", "plan", "step ms", "simulated ms", "MFU", "memory GiB", "exposed comm ms", ""]
+    headers = ["#", "plan", "step ms", "simulated ms", "MFU", "hw TFLOP/s", "memory GiB", "exposed comm ms", ""]
     lines = [title, "", *table(headers, rows, left=2)]
     lines.append("")
-    lines.append("step ms: the replay of every node (stage estimate); simulated: ASTRA-sim's step"
+    lines.append("step ms: the replay of every node (stage estimate); simulated: ASTRA-sim's step; hw TFLOP/s: "
+                 "every matmul, recompute included, per GPU"
                  + ("" if simulated.get("ran") else f" (not run: {simulated.get('why')})"))
     for e in top + ([ref] if ref else []):
         for note in e.notes:
