@@ -376,9 +376,11 @@ READERS = {
                               "hidden_act", "gated_linear_unit", "use_shared_attention_adapter",
                               "use_shared_attention_lora", "use_shared_mlp_adapter", "use_shared_block_lora",
                               "adapter_rank", "lora_rank", "use_mem_rope", "use_long_context",
-                              "max_position_embeddings", "tie_word_embeddings", "attention_head_dim",
-                              "attention_hidden_size", "kv_channels", "num_query_groups", "add_bias_linear",
+                              "max_position_embeddings", "tie_word_embeddings", "add_bias_linear",
                               "use_conv_bias", "ft_lora", "sliding_window"),
+                       # (attention_head_dim, attention_hidden_size, kv_channels and num_query_groups
+                       # are derived values, checked or read, and no evidence of Zamba2: RWKV has an
+                       # attention_hidden_size, Megatron-style configs a kv_channels)
                        model_types=("zamba2",)),
     "nemotron_h": HFReader(read=lambda r: read(r, "nemotron_h"),
                            requires=(("hidden_size",), ("vocab_size",), ("hybrid_override_pattern", "layers_block_type")),
