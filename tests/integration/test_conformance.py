@@ -15,10 +15,13 @@ from stage_core.testing import (assert_backend_round_trip, assert_flops_conserve
 
 HOST = PluginHost()
 #: the ops each family computes whole on every tensor-parallel rank, as Megatron-Core does: the MoE
-#: router, and MLA's query and key/value down-projections (the low-rank latents)
+#: router, and MLA's query and key/value down-projections (the low-rank latents); Zamba2's LoRA
+#: down-projections (their rank-128 latents) and the hybrid layers' [h, h] linear
 REPLICATED = {"moe-tiny": ("router_logits",), "hybrid-tiny": ("router_logits",),
-              "moe-mla-tiny": ("router_logits", "attn.q_a", "attn.kv_a")}
-TINY = ("gpt-tiny", "llama-tiny", "moe-tiny", "moe-mla-tiny", "gemma-tiny", "mamba2-tiny", "hybrid-tiny")
+              "moe-mla-tiny": ("router_logits", "attn.q_a", "attn.kv_a"),
+              "zamba2-tiny": ("adapter.down", "shared.linear")}
+TINY = ("gpt-tiny", "llama-tiny", "moe-tiny", "moe-mla-tiny", "gemma-tiny", "mamba2-tiny", "hybrid-tiny",
+        "zamba2-tiny")
 #: mamba2-tiny has one SSM group, which tensor parallel cannot split
 OVERRIDES = {"mamba2-tiny": {"ssm_groups": "2"}}
 

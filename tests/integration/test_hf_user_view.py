@@ -65,7 +65,8 @@ def test_set_with_the_config_jsons_key_names(run_stage):
 @pytest.mark.parametrize("model,key", [("gpt-tiny", "num_hidden_layers"), ("llama-tiny", "num_layers"),
                                        ("moe-tiny", "num_hidden_layers"), ("gemma-tiny", "layers"),
                                        ("mamba2-tiny", "num_hidden_layers"), ("hybrid-tiny", "num_layers"),
-                                       ("mamba1-tiny", "num_hidden_layers"), ("jamba-tiny", "num_hidden_layers")])
+                                       ("mamba1-tiny", "num_hidden_layers"), ("jamba-tiny", "num_hidden_layers"),
+                                       ("zamba2-tiny", "num_hidden_layers")])
 def test_every_family_takes_the_hf_name_of_its_layer_count(run_stage, model, key):
     done = run_stage("report", "--model", model, "--set", f"{key}=1", "--json")
     assert done.returncode == 0, done.stderr
