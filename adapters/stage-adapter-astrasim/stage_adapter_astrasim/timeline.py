@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from stage_core.api import netmodel, png_metadata, write_output
+from stage_core.api import netmodel, write_figure
 
 LOG_FILE = "timeline.log"
 LOGGING_FILE = "logging.toml"
@@ -138,11 +138,7 @@ def plot(classes: Sequence[tuple[str, int, Sequence[Span]]], path: Path, title: 
     ax.set_title(title, fontsize=9)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    try:
-        write_output(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png", metadata=png_metadata()), "--plot",
-                     **rule)
-    finally:
-        plt.close(fig)
+    write_figure(path, fig, "--plot", **rule)
 
 
 def class_label(index: int, ranks: Sequence[int], rank_ranges) -> str:

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from stage_core.api import (MAX_WORLD, Plan, PluginHost, UsageError, check_output_file, hardware, plan_from_settings,
-                            plan_job, png_metadata, resolve_model, scratch_folder, write_output)
+                            plan_job, resolve_model, scratch_folder, write_figure)
 
 from . import probe
 from .estimate import estimate_job
@@ -500,8 +500,4 @@ def plot(entries: list[Entry], path: Path, title: str, force: bool = False) -> N
     ax.set_title(title, fontsize=9)
     ax.legend()
     fig.tight_layout()
-    try:
-        write_output(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png", metadata=png_metadata()), "--plot",
-                     force=force)
-    finally:
-        plt.close(fig)
+    write_figure(path, fig, "--plot", force=force)
