@@ -38,7 +38,7 @@ from .flow import (Result, check_output_dir, comm_groups_json, open_trace_set, p
                    read_trace_set, resolve_model, write_trace_set)
 from .inputs import read_input, read_json, read_text
 from .output import (check_output_file, die_with_parent, png_metadata, recognized, scratch_folder, stage_mark,
-                     write_output, write_output_folder)
+                     write_figure, write_output, write_output_folder)
 from .hookspecs import hookimpl
 from .ir import blocks
 from .ir.blocks import ATTENTION_KINDS, GLU_KINDS, RESIDUAL
@@ -112,7 +112,8 @@ __all__ = [
     "check_output_dir", "comm_groups_json", "validate_trace_set", "examine_trace_set", "plan_serve", "main",
     "MAX_WORLD",
     # files: every file STAGE writes goes through write_output (or write_output_folder); inputs are read bounded
-    "write_output", "write_output_folder", "check_output_file", "recognized", "stage_mark", "png_metadata",
+    "write_output", "write_output_folder", "write_figure", "check_output_file", "recognized", "stage_mark",
+    "png_metadata",
     "scratch_folder", "die_with_parent", "read_input", "read_text", "read_json",
     # traces
     "NodeType", "CollectiveType", "COMM_KEYS", "ProgramNode", "RankProgram", "TraceJob", "TraceNode", "TraceSet",

@@ -648,6 +648,19 @@ def png_metadata() -> dict[str, str]:
     return {"Software": f"stage {__version__}"}
 
 
+def write_figure(path: str | os.PathLike, fig, flag: str = "--plot", **rule) -> Path:
+    """A matplotlib figure written as a PNG by the output rule (:func:`write_output`, ``rule``
+    its keyword arguments: ``force``, ``inputs``...), marked as STAGE's (:func:`png_metadata`),
+    at 120 dpi; returns where it went.  The figure is closed (``pyplot.close``) either way."""
+    try:
+        return write_output(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png", metadata=png_metadata()), flag,
+                            **rule)
+    finally:
+        pyplot = sys.modules.get("matplotlib.pyplot")
+        if pyplot is not None:
+            pyplot.close(fig)
+
+
 _JSON_MARK = re.compile(rb'^\s*\{\s*(?:"otherData"\s*:\s*\{\s*)?"' + STAGE_MARK.encode() + rb'"\s*:')
 
 

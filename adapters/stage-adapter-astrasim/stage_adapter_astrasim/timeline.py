@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from stage_core.api import COMM_KEYS, hardware, netmodel, png_metadata, write_output
+from stage_core.api import COMM_KEYS, hardware, netmodel, write_figure
 
 LOG_FILE = "timeline.log"
 LOGGING_FILE = "logging.toml"
@@ -271,11 +271,7 @@ def plot(classes: Sequence[tuple[str, int, Sequence[Span]]], path: Path, title: 
               bbox_to_anchor=(0.5, -0.12 if len(rows) > 6 else -0.25), ncol=min(len(order), 6), fontsize=8,
               frameon=False)
     fig.tight_layout()
-    try:
-        write_output(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png", metadata=png_metadata()), "--plot",
-                     **rule)
-    finally:
-        plt.close(fig)
+    write_figure(path, fig, "--plot", **rule)
 
 
 def _letters(ax, y: float, spans: Sequence[Span], attrs: Mapping[int, Mapping], end_ms: float) -> None:

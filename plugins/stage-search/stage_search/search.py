@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from stage_core.api import (MAX_WORLD, GiB, Plan, PluginHost, Progress, UsageError, add_quiet_flag, check_output_file,
-                            hardware, plan_from_settings, plan_job, png_metadata, resolve_model, scratch_folder,
-                            table, write_output)
+                            hardware, plan_from_settings, plan_job, resolve_model, scratch_folder, table,
+                            write_figure)
 
 from . import probe
 from .estimate import estimate_job
@@ -642,11 +642,7 @@ def plot(entries: list[Entry], path: Path, title: str, force: bool = False, *, t
     ax.legend(loc="upper left", fontsize=8, framealpha=0.9)
     if lines:
         fig.text(0.08, 0.1 / height, "\n".join(lines), fontsize=8, family="monospace", va="bottom", ha="left")
-    try:
-        write_output(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png", metadata=png_metadata()), "--plot",
-                     force=force)
-    finally:
-        plt.close(fig)
+    write_figure(path, fig, "--plot", force=force)
 
 
 #: the step axis of --plot spans this many times the best plan's step (log scale)
