@@ -1,5 +1,6 @@
 """The whole flow as a user runs it: installed plugins, the `stage` command, real files."""
 
+import csv
 import json
 import re
 from pathlib import Path
@@ -82,3 +83,37 @@ def test_quick_start_has_two_commands_and_ci_runs_the_second():
     assert "stage generate" in lines[0] and "tox" in lines[1]
     ci = (ROOT / ".ci" / "run").read_text()
     assert lines[1] in ci
+
+
+def _using_it_lines():
+    section = (ROOT / "README.md").read_text().split("## Using it", 1)[1]
+    block = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
+    return block.replace("\\\n", " ").splitlines()
+
+
+def test_the_readme_s_input_files_are_in_the_repository():
+    # every file a "Using it" line reads (a config.json, a table, the example grid) ships with the clone,
+    # so a new user runs the lines as written; outputs (-o) are not inputs
+    inputs = []
+    for line in _using_it_lines():
+        words = line.split("#", 1)[0].split()
+        for before, word in zip(["", *words], words):
+            if before in ("-o", "--output", "--plot") or "/" not in word:
+                continue
+            if re.search(r"\.(json|csv|toml)$", word):
+                inputs.append(word)
+    assert "examples/grid.toml" in inputs and len(inputs) >= 5, inputs
+    missing = [w for w in inputs if not (ROOT / w).is_file()]
+    assert not missing, missing
+
+
+def test_the_example_grid_sweeps_twelve_plans(run_stage, tmp_path):
+    # examples/grid.toml: tp [1, 2, 4] x dp [2, 4] x zero [0, 1] = 12 points by hand, every one a valid plan
+    out = tmp_path / "sweep.csv"
+    done = run_stage("sweep", ROOT / "examples" / "grid.toml", "-o", out, "--quiet", "--cache", tmp_path / "cache")
+    assert done.returncode == 0, done.stderr
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 12 and {r["status"] for r in rows} == {"ok"}
+    assert sorted((int(r["tp"]), int(r["dp"]), int(r["zero"])) for r in rows) == [
+        (tp, dp, zero) for tp in (1, 2, 4) for dp in (2, 4) for zero in (0, 1)]
+    assert {int(r["world_size"]) for r in rows} == {2, 4, 8, 16}
