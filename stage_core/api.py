@@ -22,7 +22,8 @@ Sections, in the order a plugin meets them:
 * files: the one output rule every written file follows, bounded reading of inputs;
 * traces: what a backend writes and reads;
 * hardware and estimation: presets, transfer times, the replay engine, ASTRA-sim's
-  analytical network and a step's breakdown (``netmodel``).
+  analytical network and a step's breakdown (``netmodel``);
+* showing results: units, plain tables, a rank's memory beside its GPU, progress.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from .flow import (Result, check_output_dir, comm_groups_json, open_trace_set, p
                    read_trace_set, resolve_model, write_trace_set)
 from .inputs import read_input, read_json, read_text
 from .output import (check_output_file, die_with_parent, png_metadata, recognized, scratch_folder, stage_mark,
-                     write_output, write_output_folder)
+                     write_figure, write_output, write_output_folder)
 from .hookspecs import hookimpl
 from .ir import blocks
 from .ir.blocks import ATTENTION_KINDS, GLU_KINDS, RESIDUAL
@@ -61,7 +62,9 @@ from .parallel.split import balanced_split
 from .planning import (DEFAULT_MODEL, DEFAULT_PLAN, PlanRequest, add_gpu_flag, add_plan_flags, plan_from_args, plan_from_flags,
                        plan_from_settings, setting_names, settings_flags)
 from .plugins import PluginHost
+from .progress import Progress, add_quiet_flag
 from .rankset import parse_ranks, ranks_text
+from .reporting import GiB, binary_unit, fit_line, gib, memory_fit, memory_text, ranks_range, si_text, si_unit, table
 from .records import (AxisSpec, BackendSpec, CommandSpec, ComputeModelSpec, EstimatorSpec, ExecutorSpec, GpuSpec,
                       HardwareSpec, LinkSpec, ModelSpec, OptionSpec, PlanSpec, ScheduleSpec, SimulatorSpec, StrategySpec)
 from .schedule.orders import gpipe, interleaved_1f1b, one_f_one_b
@@ -109,11 +112,15 @@ __all__ = [
     "check_output_dir", "comm_groups_json", "validate_trace_set", "examine_trace_set", "plan_serve", "main",
     "MAX_WORLD",
     # files: every file STAGE writes goes through write_output (or write_output_folder); inputs are read bounded
-    "write_output", "write_output_folder", "check_output_file", "recognized", "stage_mark", "png_metadata",
+    "write_output", "write_output_folder", "write_figure", "check_output_file", "recognized", "stage_mark",
+    "png_metadata",
     "scratch_folder", "die_with_parent", "read_input", "read_text", "read_json",
     # traces
     "NodeType", "CollectiveType", "COMM_KEYS", "ProgramNode", "RankProgram", "TraceJob", "TraceNode", "TraceSet",
     "StampedNodes", "RANK_ATTRS", "parse_ranks", "ranks_text",
     # hardware and estimation
     "hardware", "replay", "Timing", "MIN_PIECE_BYTES", "WINDOW_USE", "netmodel",
+    # showing results: units (GiB for memory, SI for traffic and FLOPs), tables, the memory fit, progress
+    "GiB", "gib", "memory_text", "binary_unit", "si_text", "si_unit", "ranks_range", "table", "memory_fit",
+    "fit_line", "Progress", "add_quiet_flag",
 ]

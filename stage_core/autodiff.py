@@ -296,8 +296,8 @@ def _flash(e, op, gs, needs):
                                                                                   window)
         spec = "bsgrv,bsgrd,bkgd,bkgv,bsgrv,bgrs->bsgrd,bkgd,bkgv"
     terms += pair_terms(per_score, "bgrsk", OTHER, causal, window)
-    attrs = {key: op.attrs[key] for key in ("flops_scale", "causal_flops", "separate_value_dim", "window", "softcap",
-                                            "ring_letter") if key in op.attrs}
+    attrs = {key: op.attrs[key] for key in ("flops_scale", "causal_flops", "causal", "separate_value_dim", "window",
+                                            "softcap", "ring_letter") if key in op.attrs}
     outs = e.op("fused", spec,
                 [gs[0], q, k, v, o, lse], [q, k, v], fn="flash_attention_bwd", flop_terms=terms,
                 whole=["k"], linear_reduce=["s", "r"], attrs=attrs, free_letters=op.free_letters)

@@ -224,12 +224,13 @@ def _generic_nodes(report: ClassReport, micro_batch: int = GENERIC) -> list[int]
     return out
 
 
-def _deltas(report: ClassReport, micro_batch: int) -> tuple[int, int, dict, dict]:
-    """(nodes, kernel bytes, FLOPs, bytes moved) the steps of ``micro_batch`` added."""
+def _deltas(report: ClassReport, micro_batch: int) -> tuple[int, int, dict, dict, dict]:
+    """(nodes, kernel bytes, FLOPs, bytes moved, bytes on the link) the steps of ``micro_batch`` added."""
     nodes = kernel_bytes = 0
     flops = dict.fromkeys(report.flops, 0)
     comm = dict.fromkeys(report.comm_bytes, 0)
-    before = Step(-1, 0, dict.fromkeys(flops, 0), dict.fromkeys(comm, 0), 0)
+    wire = dict.fromkeys(report.wire_bytes, 0)
+    before = Step(-1, 0, dict.fromkeys(flops, 0), dict.fromkeys(comm, 0), 0, dict.fromkeys(wire, 0))
     for step in report.steps:
         if step.micro_batch == micro_batch:
             nodes += step.nodes - before.nodes
@@ -238,8 +239,10 @@ def _deltas(report: ClassReport, micro_batch: int) -> tuple[int, int, dict, dict
                 flops[key] += step.flops[key] - before.flops[key]
             for key in step.comm:
                 comm[key] += step.comm[key] - before.comm[key]
+            for key in step.wire:
+                wire[key] += step.wire[key] - before.wire.get(key, 0)
         before = step
-    return nodes, kernel_bytes, flops, comm
+    return nodes, kernel_bytes, flops, comm, wire
 
 
 def _extrapolate(sample: Lowered, plan: Plan, count: int, order: Order) -> list[ClassReport] | None:
@@ -252,7 +255,7 @@ def _extrapolate(sample: Lowered, plan: Plan, count: int, order: Order) -> list[
         generic = _deltas(report, GENERIC)
         if not report.steps or generic != _deltas(report, count - 2):
             return None
-        nodes, kernel_bytes, flops, comm = generic
+        nodes, kernel_bytes, flops, comm, wire = generic
         acts = (report.chunk_activations, report.chunk_hold)
         if _peak(order, plan, count, stage, acts) != report.memory_bytes["activations"]:
             return None
@@ -266,7 +269,8 @@ def _extrapolate(sample: Lowered, plan: Plan, count: int, order: Order) -> list[
         out.append(ClassReport(report.ranks, flops_at, memory,
                                {k: v + added * comm[k] for k, v in report.comm_bytes.items()},
                                nodes=report.nodes + added * nodes,
-                               kernel_bytes=report.kernel_bytes + added * kernel_bytes))
+                               kernel_bytes=report.kernel_bytes + added * kernel_bytes,
+                               wire_bytes={k: v + added * wire.get(k, 0) for k, v in report.wire_bytes.items()}))
     return out
 
 

@@ -183,7 +183,8 @@ def check_declarations(sg: Any, before: ShardedGraph, axes: Iterable[str], owner
             _check_layout(layout, tensor, axes, owner, what)
     for what, group in (("gradient target", sg.grad_target), ("gradient shards", sg.grad_storage_sharded),
                         ("optimizer shards", sg.optimizer_sharded), ("preferred dims", sg.prefer),
-                        ("forward reuse", sg.reuse_forward), ("rings", sg.rings)):
+                        ("forward reuse", sg.reuse_forward), ("rings", sg.rings),
+                        ("pipeline split", (sg.pipeline_split,) if sg.pipeline_split else ())):
         for axis in group:
             if axis not in axes:
                 raise fault(owner, f"{what} on mesh axis {axis!r}, which the mesh does not have "

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import __version__, hardware
-from .flow import (check_output_dir, largest_batch, model_graphs, plan_job, read_trace_set, resolve_model,
+from .flow import (_counted, check_output_dir, largest_batch, model_graphs, plan_job, read_trace_set, resolve_model,
                    write_trace_set)
 from .errors import PluginError, StageError, TraceError, UsageError
 from .models import hf_import_of, layer_kinds, param_counts
@@ -26,40 +26,30 @@ from .newplugin import KINDS, write_skeleton
 from .parallel.plan import Plan
 from .planning import _Parser, _host_choice_flag, _overrides, add_gpu_flag, add_plan_flags, plan_from_args
 from .plugins import PluginHost
+from .progress import Progress, add_quiet_flag
 from .rankset import parse_ranks, ranks_text
+from .presets import preset_rows
+from .reporting import (GiB, TRAFFIC_NOTE, compute_memory_table, count_text, fit_line, gib, memory_fit, memory_text,
+                        plural, table, traffic_table)
 from .serve import parse_side, plan_serve, side_plans
 from .tasks import SERVE
 
 PROG = "stage"
 #: memory per GPU for the largest inference batch when neither --gpu-memory nor --gpu gives it
-DEFAULT_GPU_MEMORY = 80 * 10**9
+DEFAULT_GPU_MEMORY_GIB = 80
+DEFAULT_GPU_MEMORY = DEFAULT_GPU_MEMORY_GIB * GiB
 
 
 # --------------------------------------------------------------------------- commands
 
 
-def _human(n: float, unit: str = "B") -> str:
-    for prefix in ("", "K", "M", "G", "T", "P", "E"):
-        if abs(n) < 1000 or prefix == "E":
-            return f"{n:.3g} {prefix}{unit}" if prefix else f"{n:.0f} {unit}"
-        n /= 1000
-    return f"{n} {unit}"
+#: the GPU `stage generate` and `stage report` time kernels on when no --gpu is given
+#: (``--gpu none``: untimed, the simulator's roofline times them)
+DEFAULT_GPU = "h100"
 
 
-def _count(n: int) -> str:
-    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.2f}M"
-
-
-def _ranks_text(ranks: Sequence[int]) -> str:
-    if not ranks:
-        return "-"
-    if list(ranks) == list(range(ranks[0], ranks[-1] + 1)):
-        return f"{ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else str(ranks[0])
-    return ",".join(map(str, ranks[:8])) + ("..." if len(ranks) > 8 else "")
-
-
-def _gpu(host: PluginHost, name: str | None):
-    return hardware.resolve(host, name) if name else None
+def _gpu(host: PluginHost, name: str | None, default: str | None = None):
+    return hardware.resolve_or_none(host, name, default)
 
 
 def _max_nodes(args) -> int:
@@ -70,6 +60,7 @@ def _max_nodes(args) -> int:
 
 def cmd_generate(host: PluginHost, args) -> int:
     req = plan_from_args(args, host)
+    _print_notes(req)
     plan = req.plan
     check_output_dir(args.output)  # before any work
     out = Path(args.output)
@@ -79,13 +70,15 @@ def cmd_generate(host: PluginHost, args) -> int:
     if plan.task == SERVE and req.serve["prefill-ranks"] and req.serve["decode-ranks"]:
         world = req.serve["prefill-ranks"] + req.serve["decode-ranks"]
     ranks = None if args.ranks is None else parse_ranks(args.ranks, world)
-    gpu = _gpu(host, req.gpu)
+    gpu = _gpu(host, req.gpu, DEFAULT_GPU)
     start = time.perf_counter()
-    result = _plan_task(host, req, gpu, max_nodes=_max_nodes(args))
+    progress = progress_of(args)
+    with progress.phase("planning"):
+        result = _plan_task(host, req, gpu, max_nodes=_max_nodes(args))
     _print_warnings(result)
     world = result.job.world_size
     write_trace_set(host, result, args.output, args.format, validate=not args.no_validate, ranks=ranks,
-                    workers=args.workers, progress=None if args.quiet else progress_bar)
+                    workers=args.workers, progress=progress)
     seconds = time.perf_counter() - start
     written = world if ranks is None else len(ranks)
     nodes = sum(len(p.nodes) * len(p.ranks) for p in result.job.programs)
@@ -101,17 +94,30 @@ def cmd_generate(host: PluginHost, args) -> int:
         what += " (the default job)"
     check = "" if args.no_validate else ", validated"
     count = f"{world} traces" if ranks is None else f"{written} of {world} traces (ranks {ranks_text(ranks)})"
-    classes = len(result.job.programs)
-    print(f"wrote {count} ({what}; {classes} {'rank class' if plan.task != SERVE else 'program'}"
-          f"{'es' if classes != 1 and plan.task != SERVE else 's' if classes != 1 else ''}, {nodes:,} nodes) "
-          f"to {out}/ in {seconds:.2f} s{check}")
+    classes = plural(len(result.job.programs), "rank class" if plan.task != SERVE else "program")
+    print(f"wrote {count} ({what}; {classes}, {nodes:,} nodes) to {out}/ in {seconds:.2f} s{check}")
     if gpu is not None:
         longest = max(rc["compute_time_us"] for rc in result.manifest["rank_classes"])
-        print(f"timed on {gpu.name} ({result.manifest['compute_model']} compute model): "
+        given = "" if req.gpu else f" (the default; --gpu NAME for another, --gpu {hardware.UNTIMED} for none)"
+        print(f"timed on {gpu.name}{given} ({result.manifest['compute_model']} compute model): "
               f"up to {longest / 1e3:,.3f} ms of compute per GPU per step")
+        _print_fit(result.manifest["rank_classes"], gpu)
     else:
+        print("untimed: the simulator's roofline will time every kernel (its system's peak-perf and local-mem-bw); "
+              f"--gpu NAME times them here")
         _warn_zero_first_kernel(host, result.job.programs)
     return 0
+
+
+def _print_fit(classes, gpu) -> None:
+    """The memory fit line: on stdout when every rank fits its GPU, a warning on stderr when not."""
+    line = fit_line(classes, gpu)
+    if not line:
+        return
+    if line.endswith("does NOT fit"):
+        print(one_line(f"{PROG}: warning: {line}"), file=sys.stderr)
+    else:
+        print(line)
 
 
 def _print_warnings(result) -> None:
@@ -121,8 +127,14 @@ def _print_warnings(result) -> None:
 
 def rooflines(host: PluginHost) -> dict[str, tuple[float, float]]:
     """The registered GPUs' rooflines as ASTRA-sim's system.json gives them: {name: (peak
-    TFLOPS bf16, HBM GB/s)} (what generate warns about and validate's verdict uses)."""
-    return {hw.name: (hw.gpu.peak_flops("bf16") / 1e12, hw.gpu.hbm_gbps) for hw in host.hardware()}
+    TFLOPS bf16, HBM GB/s)} (what generate warns about and validate's verdict uses); a roofline two
+    presets share (a GPU's variants, ``a100`` and ``a100-calibrated``) is named once, by the first."""
+    out: dict[str, tuple[float, float]] = {}
+    for hw in host.hardware():
+        roof = (hw.gpu.peak_flops("bf16") / 1e12, hw.gpu.hbm_gbps)
+        if roof not in out.values():
+            out[hw.name] = roof
+    return out
 
 
 def _warn_zero_first_kernel(host: PluginHost, programs) -> None:
@@ -143,15 +155,9 @@ def _warn_zero_first_kernel(host: PluginHost, programs) -> None:
             return
 
 
-@contextmanager
-def progress_bar(label: str, total: int, delay: float = 1.0):
-    """A bar on stderr for one phase of a long run (tqdm): shown only on a terminal,
-    and only once the phase has taken more than ``delay`` seconds."""
-    from tqdm import tqdm
-
-    with tqdm(total=total, desc=label, unit=" ranks", delay=delay, leave=False, disable=None,
-              file=sys.stderr, dynamic_ncols=True) as bar:
-        yield bar.update
+def progress_of(args) -> Progress:
+    """How a command shows its phases (``--quiet``: not at all; see :mod:`stage_core.progress`)."""
+    return Progress.for_args(args)
 
 
 def _plan_text(plan: Plan) -> str:
@@ -182,52 +188,72 @@ def _step_text(plan: Plan) -> str:
 
 def cmd_report(host: PluginHost, args) -> int:
     req = plan_from_args(args, host)
+    _print_notes(req)
     plan = req.plan
-    gpu = _gpu(host, req.gpu)
-    gpu_memory = _gpu_memory(args, gpu)
+    gpu = _gpu(host, req.gpu, DEFAULT_GPU)  # as generate times the set, so the two agree
+    gpu_memory, memory_from = _gpu_memory(args, gpu)
+    if args.gpu_memory is not None and not plan.inference:
+        raise UsageError(f"--gpu-memory {args.gpu_memory:g}: sizes the largest batch of --task prefill, decode or "
+                         f"serve; a training plan's memory is shown beside its GPU's with --gpu NAME")
     result = _plan_task(host, req, gpu, max_nodes=_max_nodes(args), programs=False)
     _print_warnings(result)
     if plan.task == SERVE:
-        return _report_serve(result, gpu, gpu_memory, args.json)
-    m = _with_largest_batch(result.manifest, gpu_memory)
+        return _report_serve(result, gpu, gpu_memory, memory_from, args.json)
+    m = _with_largest_batch(result.manifest, gpu_memory, memory_from)
+    total, active = param_counts(result.forward)
     if args.json:
-        total, active = param_counts(result.forward)
-        print(json.dumps({**m, "parameters": {"total": total, "active": active}}, indent=2))
+        fit = memory_fit(m["rank_classes"], gpu)
+        print(json.dumps({**m, "parameters": {"total": total, "active": active},
+                          **({"memory_fit": fit} if fit else {})}, indent=2))
         return 0
     named = f"  (plan {req.plan_name})" if req.plan_name else ""
-    print(f"{result.config.name}  {_plan_text(result.plan)}  world {m['world_size']}{named}  "
-          f"(per rank, per {_step_text(result.plan)}; FLOPs and bytes)")
-    total, active = param_counts(result.forward)
-    print(f"parameters: {total:,} total, {active:,} active per token")
+    print(f"{result.config.name}  {_plan_text(result.plan)}  world {m['world_size']:,}{named}")
+    exact = f"{total:,}" if total == active else f"{total:,} and {active:,}"
+    print(f"parameters: {count_text(total)} total, {count_text(active)} active per token ({exact})")
+    print(f"per rank, per {_step_text(result.plan)}")
     _print_classes(m, result.plan, gpu)
     if "inference" in m:
         _print_cache(m, result.plan)
     return 0
 
 
-def _with_largest_batch(m: dict, gpu_memory: int) -> dict:
+def _print_notes(req) -> None:
+    """What the settings changed that the user may not expect (a named plan's batch)."""
+    for text in req.notes:
+        print(one_line(f"{PROG}: note: {text}"), file=sys.stderr)
+
+
+def _with_largest_batch(m: dict, gpu_memory: int, memory_from: str = "") -> dict:
     if "inference" not in m:
         return m
-    return {**m, "inference": {**m["inference"], "gpu_memory_bytes": gpu_memory,
+    return {**m, "inference": {**m["inference"], "gpu_memory_bytes": gpu_memory, "gpu_memory_from": memory_from,
                                "largest_batch": largest_batch(m, gpu_memory)}}
 
 
 def _print_classes(m: dict, plan: Plan, gpu) -> None:
-    if plan.pp > 1:
-        print(f"layers per pipeline stage: {','.join(map(str, m['plan']['stage_layers']))}")
+    """The report's tables: compute and memory, then traffic, one row per rank class."""
     if m.get("hf_import", {}).get("ignored_keys"):
         print(f"{m['hf_import']['source']}: keys not modelled (ignored): {', '.join(m['hf_import']['ignored_keys'])}")
-    for rc in m["rank_classes"]:
-        print(f"\nranks {_ranks_text(rc['ranks'])}")
-        f = rc["flops"]
-        print(f"  FLOPs     matmul {f['matmul']:>22,}  other {f['other']:>20,}  total {f['total']:>22,}")
-        mem = rc["memory_bytes"]
-        print("  memory    " + "  ".join(f"{k} {_human(v)}" for k, v in mem.items()) + _beside(mem, gpu))
-        comm = {k: v for k, v in rc["comm_bytes"].items() if v}
-        print("  traffic   " + ("  ".join(f"{k} {_human(v)}" for k, v in comm.items()) or "none"))
-        if "compute_time_us" in rc:
-            print(f"  compute   {rc['compute_time_us'] / 1e3:,.3f} ms on {m['hardware']['name']} "
-                  f"({m['compute_model']} compute model)")
+    layers = m["plan"].get("stage_layers") or []
+    if plan.pp > 1 and len(layers) != plan.pp:
+        print(f"layers per pipeline chunk: {','.join(map(str, layers))}")
+    label = "stage" if plan.pp > 1 else "class"
+    print()
+    for line in compute_memory_table(m, gpu, label):
+        print(line)
+    line = fit_line(m["rank_classes"], gpu, label if plan.pp > 1 and len(m["rank_classes"]) == plan.pp else "")
+    if line:
+        print(line)
+    if "compute_time_us" in m["rank_classes"][0]:
+        print(f"compute: timed on {m['hardware']['name']} ({m['compute_model']} compute model)")
+    traffic = traffic_table(m, label)
+    print()
+    if not traffic:
+        print("traffic per rank: none")
+        return
+    for line in traffic:
+        print(line)
+    print(f"({TRAFFIC_NOTE})")
 
 
 def _plan_task(host: PluginHost, req, gpu, **kw):
@@ -246,49 +272,42 @@ def _plan_task(host: PluginHost, req, gpu, **kw):
     return plan_serve(host, req.model, req.overrides, prefill, decode, gpu)
 
 
-def _report_serve(result, gpu, gpu_memory: int, as_json: bool) -> int:
-    sides = [(name, side, _with_largest_batch(side.manifest, gpu_memory))
+def _report_serve(result, gpu, gpu_memory: int, memory_from: str, as_json: bool) -> int:
+    sides = [(name, side, _with_largest_batch(side.manifest, gpu_memory, memory_from))
              for name, side in (("prefill", result.prefill), ("decode", result.decode))]
     kv = result.manifest["kv_transfer"]
     if as_json:
         m = dict(result.manifest)
         m["inference"] = {name: manifest["inference"] for name, _, manifest in sides}
-        print(json.dumps(m, indent=2))
+        fit = memory_fit(m["rank_classes"], gpu)
+        print(json.dumps({**m, **({"memory_fit": fit} if fit else {})}, indent=2))
         return 0
-    print(f"{result.config.name}  serve: prefill ranks 0-{result.prefill.job.world_size - 1}, decode ranks "
-          f"{result.prefill.job.world_size}-{result.job.world_size - 1}  (per rank; FLOPs and bytes)")
+    P = result.prefill.job.world_size
+    print(f"{result.config.name}  serve: prefill ranks 0-{P - 1}, decode ranks {P}-{result.job.world_size - 1}")
     for name, side, manifest in sides:
-        offset = 0 if name == "prefill" else result.prefill.job.world_size
+        offset = 0 if name == "prefill" else P
         shifted = {**manifest, "rank_classes": [{**rc, "ranks": [r + offset for r in rc["ranks"]]}
                                                 for rc in manifest["rank_classes"]]}
-        print(f"\n{name}: {_plan_text(side.plan)}  (per {_step_text(side.plan)})")
+        print(f"\n{name}: {_plan_text(side.plan)}  (per rank, per {_step_text(side.plan)})")
         _print_classes(shifted, side.plan, gpu)
         _print_cache(shifted, side.plan)
-    print(f"\nKV cache transfer: {kv['requests']} requests, {kv['bytes']:,} bytes in {kv['messages']:,} send/recv "
-          f"pairs ({kv['bytes_per_request']:,} per request; up to {kv['max_sent_per_prefill_rank']:,} sent by a "
-          f"prefill rank, {kv['max_received_per_decode_rank']:,} received by a decode rank)")
+    print(f"KV cache transfer: {kv['requests']} requests, {memory_text(kv['bytes'])} ({kv['bytes']:,} bytes) in "
+          f"{kv['messages']:,} send/recv pairs ({memory_text(kv['bytes_per_request'])} per request; up to "
+          f"{memory_text(kv['max_sent_per_prefill_rank'])} sent by a prefill rank, "
+          f"{memory_text(kv['max_received_per_decode_rank'])} received by a decode rank)")
     return 0
 
 
-def _beside(memory: dict, hw) -> str:
-    """A rank's memory beside its GPU's capacity (when the hardware gives one)."""
-    capacity = hw.gpu.memory_gib if hw is not None else 0
-    if not capacity:
-        return ""
-    used = memory["total"] / 2**30
-    verdict = "fits" if used <= capacity else "does NOT fit"
-    return f"  = {used:.1f} GiB of the {hw.gpu.name}'s {capacity:g} GiB ({100 * used / capacity:.0f}%, {verdict})"
-
-
-def _gpu_memory(args, gpu) -> int:
-    """Bytes per GPU for the largest batch: --gpu-memory GB, else the --gpu's capacity, else 80 GB."""
+def _gpu_memory(args, gpu) -> tuple[int, str]:
+    """Bytes per GPU for the largest batch, and where they come from: --gpu-memory GiB, else
+    the --gpu's capacity, else 80 GiB."""
     if args.gpu_memory is not None:
         if not args.gpu_memory > 0 or args.gpu_memory == float("inf"):
-            raise UsageError(f"--gpu-memory {args.gpu_memory:g}: must be a positive number of GB (e.g. 80)")
-        return int(args.gpu_memory * 1e9)
+            raise UsageError(f"--gpu-memory {args.gpu_memory:g}: must be a positive number of GiB (e.g. 80)")
+        return int(args.gpu_memory * GiB), "--gpu-memory"
     if gpu is not None and gpu.gpu.memory_gib:
-        return int(gpu.gpu.memory_gib * 2**30)
-    return DEFAULT_GPU_MEMORY
+        return int(gpu.gpu.memory_gib * GiB), f"the {gpu.gpu.name}'s"
+    return DEFAULT_GPU_MEMORY, "default"
 
 
 def _print_cache(m: dict, plan: Plan) -> None:
@@ -296,20 +315,22 @@ def _print_cache(m: dict, plan: Plan) -> None:
     requests = plan.micro_batch_size * plan.micro_batches
     per_rank = max(rc["memory_bytes"]["kv_cache"] for rc in m["rank_classes"])
     state = inf.get("recurrent_state_bytes_per_request", 0)
-    state_text = f", {state:,} of them recurrent state of a fixed size" if state else ""
-    if inf["context_len"] is None:  # a model without a sequence (an image model) keeps no cache
-        print()
-    else:
-        print(f"\nKV cache at context {inf['context_len']:,}: {inf['kv_cache_bytes_per_request']:,} bytes per request "
-              f"({inf['kv_cache_elements_per_token_per_layer']} elements per token per layer{state_text}); "
-              f"{per_rank:,} bytes per rank for its {requests} request{'s' if requests != 1 else ''}")
-    most, gpu = inf["largest_batch"], _human(inf["gpu_memory_bytes"])
+    state_text = f", {memory_text(state)} of them recurrent state of a fixed size" if state else ""
+    print()
+    if inf["context_len"] is not None:  # (a model without a sequence (an image model) keeps no cache)
+        print(f"KV cache at context {inf['context_len']:,}: {memory_text(inf['kv_cache_bytes_per_request'])} per "
+              f"request ({inf['kv_cache_elements_per_token_per_layer']:,} elements per token per layer{state_text}); "
+              f"{memory_text(per_rank)} per rank for its {plural(requests, 'request')}")
+    most, capacity = inf["largest_batch"], inf["gpu_memory_bytes"]
+    source = inf.get("gpu_memory_from", "")
+    where = (f"{gib(capacity)} per GPU" + (f" (the default; --gpu NAME or --gpu-memory GiB for yours)"
+                                          if source == "default" else f" ({source})" if source else ""))
     weights = max(rc["memory_bytes"]["parameters"] for rc in m["rank_classes"])
     if most == 0:
-        print(f"largest batch in {gpu} per GPU: none (the weights take {_human(weights)} per rank)")
+        print(f"largest batch in {where}: none (the weights take {gib(weights)} per rank)")
     else:
-        print(f"largest batch in {gpu} per GPU: {most:,} requests per replica "
-              f"({most * plan.dp:,} over dp {plan.dp}), beside {_human(weights)} of weights per rank")
+        print(f"largest batch in {where}: {most:,} requests per replica "
+              f"({most * plan.dp:,} over dp {plan.dp}), beside {gib(weights)} of weights per rank")
 
 
 #: what a set without manifest.json leaves unchecked (said in the first line of validate)
@@ -332,7 +353,9 @@ def cmd_validate(host: PluginHost, args) -> int:
         raise TraceError([f"{directory}: {NO_MANIFEST.split(':')[0]} ({why}): without it the set's costs cannot be "
                           f"checked (a kernel made 1,000x longer would pass); write the set again, or give "
                           f"--no-require-manifest to check its structure only"])
-    report = examine(trace_set, rooflines=rooflines(host))
+    ranks = trace_set.world_size if trace_set.ranks is None else len(trace_set.ranks)
+    with progress_of(args).phase("validating", ranks, "ranks") as done:  # (the replay runs after the last rank)
+        report = examine(_counted(trace_set, done), rooflines=rooflines(host))
     problems, verdict = report.problems, report.verdict
     if args.json:
         subset = {} if trace_set.ranks is None else {"subset": ranks_text(trace_set.ranks)}
@@ -384,7 +407,7 @@ def _verdict_text(verdict) -> str:
                 f"--gpu NAME (timed kernels last at least 1 ns) or a larger batch")
     else:
         text = "every rank finishes in ASTRA-sim"
-    text += f" (replayed as {verdict.processes} {'rank classes' if verdict.per_class else 'ranks'}"
+    text += f" (replayed as {plural(verdict.processes, 'rank class' if verdict.per_class else 'rank')}"
     if not verdict.timing_independent:
         text += "; for one timing only: some ranks' sends and collectives are not ordered by their dependencies"
     return text + ")"
@@ -395,12 +418,10 @@ def cmd_models(host: PluginHost, args) -> int:
         return _model_file(host, args)
     if args.family is not None:
         raise UsageError(f"--family {args.family}: it reads a config.json FILE as that family; give the FILE too")
-    rows = []
-    for spec in host.models():
-        for name in sorted(spec.presets):
-            total, active = param_counts(model_graphs(spec, spec.presets[name], Plan())[0])  # (its kernels in scope)
-            rows.append({"name": name, "family": spec.family, "plugin": spec.plugin,
-                         "params_total": total, "params_active": active})
+    def count(spec, config) -> tuple[int, int]:
+        return param_counts(model_graphs(spec, config, Plan())[0])  # (built as plan_job builds it)
+
+    rows = preset_rows(host, count, progress_of(args))
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -408,11 +429,11 @@ def cmd_models(host: PluginHost, args) -> int:
         print("no models: install a model plugin (stage-model-gpt, stage-model-llama, stage-model-moe)"
               + host.broken_hint())
         return 0
-    width = max(len(r["name"]) for r in rows)
-    print(f"{'model':<{width}}  {'family':<8} {'params':>10} {'active':>10}  plugin")
-    for r in rows:
-        print(f"{r['name']:<{width}}  {r['family']:<8} {_count(r['params_total']):>10} "
-              f"{_count(r['params_active']):>10}  {r['plugin']}")
+    for line in table(["model", "family", "parameters", "active", "plugin"],
+                      [[r["name"], r["family"], count_text(r["params_total"]), count_text(r["params_active"]),
+                        r["plugin"]] for r in rows], left=(0, 1, 4)):
+        print(line)
+    print("(active: the parameters one token uses; B = 10^9, M = 10^6)")
     return 0
 
 
@@ -433,7 +454,7 @@ def _model_file(host: PluginHost, args) -> int:
                           "ignored_keys": record.get("ignored_keys", []), "model": config.to_dict()}, indent=2))
         return 0
     print(f"{args.file}: model_type {record.get('model_type')!r} read as family {spec.family} ({spec.plugin})")
-    print(f"parameters: {total:,} total, {active:,} active per token ({_count(total)}, {_count(active)})")
+    print(f"parameters: {total:,} total, {active:,} active per token ({count_text(total)}, {count_text(active)})")
     print(f"layers: {sum(kinds.values())}: " + ", ".join(f"{n} {kind}" for kind, n in kinds.items()))
     ignored = record.get("ignored_keys", [])
     print(f"keys not modelled (ignored): {', '.join(ignored) if ignored else 'none'}")
@@ -490,13 +511,14 @@ def cmd_plugins(host: PluginHost, args) -> int:
 
 
 def build_parser(host: PluginHost | None) -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description="Synthesize per-GPU execution traces of distributed LLM training.")
+    parser = _Parser(prog=PROG, description="Synthesize per-GPU execution traces of distributed LLM training and "
+                                            "inference (prefill, decode, disaggregated serving) for ASTRA-sim.")
     parser.add_argument("--version", action="version", version=f"stage {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     p = sub.add_parser("generate", help="write one trace per GPU (default: gpt-tiny on 8 GPUs into ./traces)")
     add_plan_flags(p, host)
-    add_gpu_flag(p, host)
+    add_gpu_flag(p, host, default=DEFAULT_GPU)
     formats = [b.name for b in host.backends()] if host is not None else []
     _host_choice_flag(p, "--format", formats, "chakra", "trace format")
     p.set_defaults(format="chakra")
@@ -506,16 +528,16 @@ def build_parser(host: PluginHost | None) -> argparse.ArgumentParser:
                                                   "(the manifest names them; stage validate checks them)")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="processes writing the files (default: one per core)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    add_quiet_flag(p)
     p.set_defaults(run=cmd_generate)
 
     p = sub.add_parser("report", help="FLOPs, memory and traffic per rank class, without writing traces")
-    add_plan_flags(p, host)
-    add_gpu_flag(p, host)
+    add_plan_flags(p, host, writes=False)
+    add_gpu_flag(p, host, default=DEFAULT_GPU)
     p.add_argument("--json", action="store_true", help="print the manifest's JSON instead of a table")
-    p.add_argument("--gpu-memory", type=float, metavar="GB",
-                   help="prefill/decode: memory per GPU for the largest batch that fits (default: the --gpu's "
-                        "capacity, else 80 GB = 80e9 B)")
+    p.add_argument("--gpu-memory", type=float, metavar="GiB",
+                   help="prefill/decode: memory per GPU in GiB (2^30 bytes) for the largest batch that fits "
+                        f"(default: the --gpu's capacity, else {DEFAULT_GPU_MEMORY_GIB} GiB)")
     p.set_defaults(run=cmd_report)
 
     p = sub.add_parser("validate", help="check a trace set (ids, dependencies, collectives, send/recv)")
@@ -524,6 +546,7 @@ def build_parser(host: PluginHost | None) -> argparse.ArgumentParser:
     p.add_argument("--require-manifest", action=argparse.BooleanOptionalAction, default=None,
                    help="refuse a set without manifest.json, whose costs cannot be checked (default: for a set "
                         "STAGE wrote, as its traces say; --no-require-manifest checks such a set's structure only)")
+    add_quiet_flag(p)
     p.set_defaults(run=cmd_validate)
 
     p = sub.add_parser("models", help="list model presets with their parameter counts, or show how a config.json "
@@ -534,6 +557,7 @@ def build_parser(host: PluginHost | None) -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a field or a config.json key of FILE (repeatable)")
     p.add_argument("--json", action="store_true")
+    add_quiet_flag(p)
     p.set_defaults(run=cmd_models)
 
     p = sub.add_parser("plans", help="list named parallel plans (published training setups) for --plan")

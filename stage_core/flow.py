@@ -245,6 +245,8 @@ def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[st
         manifest["compute_model"] = model_spec.name
         for rc, us in zip(manifest["rank_classes"], micros):
             rc["compute_time_us"] = us
+    else:
+        manifest["kernel_times"] = hardware.ROOFLINE_NOTE
     if plan.inference:
         manifest["inference"] = cache_summary(training, steps[-1])
     job = TraceJob(

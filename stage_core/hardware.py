@@ -132,6 +132,33 @@ def save(hw: HardwareSpec, path: Path, flag: str = "-o", **rule) -> Path:
     return write_output(path, json.dumps({**stage_mark(), **to_dict(hw)}, indent=2) + "\n", flag, **rule)
 
 
+#: ``--gpu none``: no compute model; the simulator's roofline times the kernels
+UNTIMED = "none"
+#: what an untimed manifest says times its kernels (its ``kernel_times``)
+ROOFLINE_NOTE = ("none: ASTRA-sim's roofline times each kernel (max of num_ops / peak-perf and tensor_size / "
+                 "local-mem-bw of the system it runs on)")
+
+
+def kernel_times(manifest: dict) -> str:
+    """What times a set's kernels, as its manifest says: "<compute model> on <hardware>", or the roofline note."""
+    hw = manifest.get("hardware")
+    if manifest.get("compute_model") and isinstance(hw, dict):
+        return f"{manifest['compute_model']} on {hw.get('name')}"
+    return manifest.get("kernel_times") or ROOFLINE_NOTE
+
+
+def resolve_or_none(host, value: str | None, default: str | None = None, flag: str = "--gpu") -> HardwareSpec | None:
+    """:func:`resolve` of ``value`` (or ``default`` when it is None); None for ``none``, and for a
+    default preset no plugin registers (the core alone)."""
+    if value is None:
+        if default is None or default not in {h.name for h in host.hardware()}:
+            return None
+        value = default
+    if value.strip().lower() == UNTIMED:
+        return None
+    return resolve(host, value, flag)
+
+
 def resolve(host, value: str, flag: str = "--gpu") -> HardwareSpec:
     """A preset registered by a plugin, by name, or a hardware file."""
     names = {h.name for h in host.hardware()}
@@ -170,6 +197,21 @@ RING_STEPS = {
     "all_to_all": lambda n: n - 1,
     "send": lambda n: 1,
 }
+
+
+def wire_bytes(kind: str, comm_size: int, n: int) -> int:
+    """Bytes one rank sends on its link for a collective of ``comm_size`` bytes (ASTRA-sim's
+    meaning of comm_size, REFERENCE §6) on a group of ``n`` ranks, by the ring algorithm
+    (:data:`RING_FACTOR`): all-reduce 2(n-1)/n of the buffer, reduce-scatter and
+    all-to-all (n-1)/n of it, all-gather n-1 shards; a send or receive its size; a group
+    of one rank moves nothing.  Whole bytes (rounded down)."""
+    if kind in ("send", "recv"):
+        return comm_size
+    if n <= 1:
+        return 0
+    if kind == "all_gather":
+        return (n - 1) * comm_size
+    return (2 if kind == "all_reduce" else 1) * (n - 1) * comm_size // n
 
 
 def transfer_seconds(hw: HardwareSpec, kind: str, comm_size: int, ranks: Sequence[int]) -> float:

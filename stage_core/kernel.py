@@ -47,7 +47,9 @@ class Kernel:
     ``sizes`` the local size of each of its letters, as ``(letter, size)`` pairs.
     ``dtype`` is the element type of the first input (what the tensor cores run).
     ``flops`` counts every FLOP (2 per multiply-add), ``matmul_flops`` those of
-    contractions only, ``bytes`` what the kernel reads and writes.
+    contractions only, ``bytes`` what the kernel reads and writes.  ``causal``: a fused
+    attention kernel whose mask is causal, so it skips the masked half of its score space
+    whatever convention its FLOPs are counted in (Megatron counts the whole s x s).
     """
 
     kind: str
@@ -59,6 +61,7 @@ class Kernel:
     flops: int
     matmul_flops: int
     bytes: int
+    causal: bool = False
 
     @property
     def letters(self) -> dict[str, int]:
@@ -88,6 +91,6 @@ class Kernel:
 
 
 def kernel(kind: str, fn: str, phase: str, spec: str, sizes: Mapping[str, int], dtype: str, *,
-           flops: int, matmul_flops: int, nbytes: int) -> Kernel:
+           flops: int, matmul_flops: int, nbytes: int, causal: bool = False) -> Kernel:
     """A :class:`Kernel` with ``sizes`` given as a mapping."""
-    return Kernel(kind, fn, phase, spec, tuple(sizes.items()), dtype, flops, matmul_flops, nbytes)
+    return Kernel(kind, fn, phase, spec, tuple(sizes.items()), dtype, flops, matmul_flops, nbytes, causal)

@@ -194,7 +194,7 @@ def param_counts(graph: Graph) -> tuple[int, int]:
     values = dict(graph.dims)
     for d in PLAN_DIMS:
         values.setdefault(d, 1)
-    sizes = sym.Evaluator([p.numel for p in graph.params])(values)
+    sizes = sym.exact_values([p.numel for p in graph.params], values)
     total = sum(sizes)
     k = graph.meta.get("experts_per_token")
     e = graph.meta.get("experts")

@@ -82,11 +82,14 @@ def dimensions(hw: HardwareSpec, world: int) -> tuple[tuple[int, LinkSpec], ...]
     One node (``world <= gpus_per_node``): one dimension of ``world`` NPUs on the
     scale-up link.  Above: the node's ``gpus_per_node`` on the scale-up link, then
     ``world // gpus_per_node`` nodes on the scale-out link (the adapter refuses a world
-    that is not a multiple of a node before it gets here).
+    that is not a multiple of a node before it gets here); with one rank a node (a CPU
+    cluster) only the nodes, since the simulator refuses a dimension of one NPU.
     """
     node = hw.gpus_per_node
     if world <= node:
         return ((world, hw.scale_up),)
+    if node == 1:
+        return ((world, hw.scale_out),)
     return ((node, hw.scale_up), (world // node, hw.scale_out))
 
 

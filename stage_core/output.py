@@ -3,8 +3,12 @@
 STAGE never destroys what it did not write.  An output folder is replaced only when
 it is empty or holds a STAGE trace set and nothing else: a ``manifest.json`` of STAGE's
 (``stage_version`` and ``world_size``), ``comm_groups.json`` and
-``trace.<rank>.<suffix>`` files for ranks below that world size, all regular files.
-Anything else is refused before any work, in one line that lists what else is there.
+``trace.<rank>.<suffix>`` files for ranks below that world size, all regular files,
+and what STAGE wrote in the set afterwards: a folder it wrote there (``stage astrasim``'s
+``astrasim/``: :func:`write_output_folder` marks each folder it writes with
+:data:`FOLDER_MARK`, and what a simulator adds to such a folder goes with it) and files
+it recognizes as its own (:func:`recognized`: a timeline, a plot).  Anything else is
+refused before any work, in one line that lists what else is there.
 
 The set is written into a temporary folder beside the target (``.<name>.tmp-XXXXXXXX``,
 short enough for any file-name limit), then renamed into place with signals blocked,
@@ -70,6 +74,8 @@ _SIGNALS = tuple(s for s in (getattr(signal, n, None) for n in ("SIGINT", "SIGTE
 STAGE_MARK = "stage_version"
 #: bytes read from the start of a file to recognize it as STAGE's
 _HEAD_BYTES = 1 << 16
+#: the file :func:`write_output_folder` puts in every folder it writes: the folder is STAGE's
+FOLDER_MARK = ".stage-folder.json"
 
 
 def _flag(out: str | os.PathLike) -> str:
@@ -153,7 +159,7 @@ def _check_replaceable(folder: Path, flag: str) -> None:
     if world is None:
         raise UsageError(f"{flag}: exists and is not a STAGE trace set (no manifest.json of STAGE's); "
                          f"it holds {_listing(folder, entries)}; give a new or empty folder")
-    foreign = [e for e in entries if not _is_set_file(folder / e, world)]
+    foreign = [e for e in entries if not _is_set_file(folder / e, world) and not stage_output(folder / e)]
     if foreign:
         raise UsageError(f"{flag}: holds files STAGE did not write ({_listing(folder, foreign)}); STAGE "
                          f"replaces its output folder as a whole: move them away or give another folder")
@@ -184,6 +190,20 @@ def _is_set_file(path: Path, world: int) -> bool:
         if m is None or int(m[1]) >= world:
             return False
     return path.is_file() and not path.is_symlink()
+
+
+def stage_output(path: Path) -> bool:
+    """Whether ``path``, inside a trace set, is something STAGE wrote there after the set: a
+    folder :func:`write_output_folder` marked (whatever a simulator added to it), or a regular
+    file STAGE :func:`recognized` (a timeline, a plot).  Never a link."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    if stat.S_ISDIR(info.st_mode):
+        mark = path / FOLDER_MARK
+        return mark.is_file() and not mark.is_symlink() and recognized(mark)
+    return stat.S_ISREG(info.st_mode) and recognized(path)
 
 
 def _listing(folder: Path, names: list[str], shown: int = 6) -> str:
@@ -575,10 +595,10 @@ def write_output(path: str | os.PathLike, content: str | bytes | Callable[[Path]
 
 def write_output_folder(target: str | os.PathLike, files: Mapping[str, str | bytes], flag: str, *,
                         replaceable: Callable[[Path], bool]) -> Path:
-    """Replace the folder ``target`` by one holding exactly ``files`` ({name: content}),
-    through a temporary folder beside it (see :func:`staging`).  An existing folder is
-    replaced only when ``replaceable(folder)`` says it is STAGE's; a link or anything
-    but a folder never is."""
+    """Replace the folder ``target`` by one holding exactly ``files`` ({name: content}) and
+    :data:`FOLDER_MARK` (the folder is STAGE's: ``-o`` replaces a set with it), through a
+    temporary folder beside it (see :func:`staging`).  An existing folder is replaced only
+    when ``replaceable(folder)`` says it is STAGE's; a link or anything but a folder never is."""
     text = os.fspath(target)
     label = f"{flag} {text}"
     path = Path(text)
@@ -596,6 +616,7 @@ def write_output_folder(target: str | os.PathLike, files: Mapping[str, str | byt
     with staging(whole, label, check, "the folder") as tmp:
         for name, content in files.items():
             (tmp / name).write_bytes(content.encode() if isinstance(content, str) else content)
+        (tmp / FOLDER_MARK).write_text(json.dumps({**stage_mark(), "written_by": flag}) + "\n")
     return whole
 
 
@@ -625,6 +646,19 @@ def stage_mark() -> dict[str, str]:
 def png_metadata() -> dict[str, str]:
     """The PNG text chunk STAGE's plots carry (``savefig(..., metadata=png_metadata())``)."""
     return {"Software": f"stage {__version__}"}
+
+
+def write_figure(path: str | os.PathLike, fig, flag: str = "--plot", **rule) -> Path:
+    """A matplotlib figure written as a PNG by the output rule (:func:`write_output`, ``rule``
+    its keyword arguments: ``force``, ``inputs``...), marked as STAGE's (:func:`png_metadata`),
+    at 120 dpi; returns where it went.  The figure is closed (``pyplot.close``) either way."""
+    try:
+        return write_output(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png", metadata=png_metadata()), flag,
+                            **rule)
+    finally:
+        pyplot = sys.modules.get("matplotlib.pyplot")
+        if pyplot is not None:
+            pyplot.close(fig)
 
 
 _JSON_MARK = re.compile(rb'^\s*\{\s*(?:"otherData"\s*:\s*\{\s*)?"' + STAGE_MARK.encode() + rb'"\s*:')

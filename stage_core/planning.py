@@ -15,7 +15,7 @@ with :func:`plan_from_args`.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
@@ -60,16 +60,19 @@ def _host_choice_flag(g, name: str, valid: Sequence[str], default: str, help: st
     g.add_argument(name, metavar="|".join(valid) or "NAME", help=f"{help} (default {default})")
 
 
-def add_plan_flags(p: argparse.ArgumentParser, host=None) -> None:
+def add_plan_flags(p: argparse.ArgumentParser, host=None, writes: bool = True) -> None:
     """The model, plan and batch flags of ``stage generate`` and ``report``; plugin commands
     that take a plan add them too and read them back with :func:`plan_from_args`.  With a
-    ``host``, the schedules it knows are listed in ``--help``."""
+    ``host``, the schedules it knows are listed in ``--help``.  ``writes``: whether the
+    command lowers the whole set (``--max-nodes`` bounds its nodes), or only reports on it
+    (``--max-nodes`` then bounds the world size)."""
     # every default is None: a flag left out takes the --plan's value, else the Plan default
     if host is None:  # a plugin command's parser: the host it runs with (stage_core.cli sets it)
         host = getattr(p, "stage_host", None)
     g = p.add_argument_group("model")
     g.add_argument("--model", help=f"a preset name (see `stage models`) or a Hugging Face config.json "
-                                   f"(default: {DEFAULT_MODEL})")
+                                   f"(default: {DEFAULT_MODEL}; with no --model, --plan, --set or degree given, the "
+                                   f"default job: {DEFAULT_MODEL} on dp {DEFAULT_PLAN.dp})")
     g.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
                    help="override a field of the model config, or a key of its config.json (e.g. "
                         "num_hidden_layers=4; repeatable)")
@@ -80,7 +83,8 @@ def add_plan_flags(p: argparse.ArgumentParser, host=None) -> None:
                                                   "alongside override its settings")
     for axis, text in (("dp", "data parallel"), ("tp", "tensor parallel"), ("pp", "pipeline parallel"),
                        ("cp", "context parallel"), ("ep", "expert parallel (carved out of dp x cp)")):
-        _count_flag(g, axis, "N", f"{text} degree (default 1)")
+        job = f"; {DEFAULT_PLAN.dp} in the default job" if axis == "dp" else ""
+        _count_flag(g, axis, "N", f"{text} degree (default 1{job})")
     _choice_flag(g, "cp_comm", "context-parallel attention: p2p (ring, as TransformerEngine), all-gather (K and "
                                "V, as Llama 3) or a2a (sequence <-> heads, as DeepSpeed-Ulysses)")
     g.add_argument("--etp", type=int, metavar="N", help="expert layers' tensor parallel degree (default: tp)")
@@ -106,7 +110,8 @@ def add_plan_flags(p: argparse.ArgumentParser, host=None) -> None:
     _choice_flag(g, "optimizer_dtype", "master weights, momentum and variance")
     g = p.add_argument_group("task")
     _choice_flag(g, "task", "train; prefill: the forward pass of the prompts, writing the KV cache; decode: one "
-                            "new token per request reading the KV cache")
+                            "new token per request reading the KV cache; serve: prefill and decode on ranks of "
+                            "their own (--prefill-ranks, --decode-ranks), the KV cache sent from one to the other")
     g.add_argument("--context-len", type=int, metavar="C",
                    help="decode: tokens each request attends to, its new one included (default: the model's "
                         "sequence length)")
@@ -130,9 +135,12 @@ def add_plan_flags(p: argparse.ArgumentParser, host=None) -> None:
     if host is not None:
         _add_option_flags(p, host)
     g = p.add_argument_group("limits")
+    about = f"about {DEFAULT_MAX_NODES * BYTES_PER_NODE // 10**9} GB as Chakra ET"
     g.add_argument("--max-nodes", type=int, default=DEFAULT_MAX_NODES, metavar="N",
                    help=f"refuse a trace set of more nodes, all ranks together (default {DEFAULT_MAX_NODES:,}, "
-                        f"about {DEFAULT_MAX_NODES * BYTES_PER_NODE // 10**9} GB as Chakra ET)")
+                        f"{about})" if writes else
+                   f"refuse a world of more than N ranks (each rank's trace holds a node at least; this command "
+                   f"writes no set, so it lowers no more than it needs to report; default {DEFAULT_MAX_NODES:,})")
 
 
 def _add_option_flags(p: argparse.ArgumentParser, host) -> None:
@@ -147,14 +155,18 @@ def _add_option_flags(p: argparse.ArgumentParser, host) -> None:
         opt.add_to(g)
 
 
-def add_gpu_flag(p: argparse.ArgumentParser, host=None) -> None:
-    """``--gpu``: a hardware preset (listed from ``host``) or a hardware file."""
+def add_gpu_flag(p: argparse.ArgumentParser, host=None, default: str | None = None) -> None:
+    """``--gpu``: a hardware preset (listed from ``host``) or a hardware file.  ``default``:
+    the GPU a command takes when none is given (its --help says so; None: untimed).  A
+    named plan's GPU comes before ``default``, as the help says."""
     if host is None:
         host = getattr(p, "stage_host", None)
     presets = [h.name for h in host.hardware()] if host is not None else []
-    p.add_argument("--gpu", metavar="|".join([*presets, "FILE"]),
+    fallback = f"default: the --plan's GPU, else {default}" if default else "default: the --plan's GPU, else untimed"
+    p.add_argument("--gpu", metavar="|".join([*presets, "FILE", "none"]),
                    help="time every kernel on this GPU: a hardware preset or a hardware file (`stage calibrate` "
-                        "writes one); each compute node gets its duration (default: untimed)")
+                        f"writes one); each compute node gets its duration ({fallback}; none: untimed, the "
+                        "simulator's roofline times the kernels)")
 
 
 # --------------------------------------------------------------------------- settings -> plan
@@ -176,6 +188,7 @@ class PlanRequest:
     serve: Mapping[str, Any] = field(default_factory=dict)
     given: frozenset[str] = frozenset()  # the settings given (a named plan's included)
     family: str | None = None  # --family: the family a config.json is read as
+    notes: tuple[str, ...] = ()  # what the settings changed that the user may not expect (stage prints them)
 
 
 def settings_flags(settings: Mapping[str, Any]) -> list[str]:
@@ -282,12 +295,34 @@ def plan_from_settings(settings: Mapping[str, Any], host=None) -> PlanRequest:
         except UsageError as exc:
             owner = host.owner(spec.plugin, "plan", spec.name)
             raise fault(owner, f"has a bad setting: {str(exc).removeprefix(f'plan {spec.name}: ')}") from None
+        own, asked = dict(spec.settings), dict(settings)
         settings = _merged(spec, settings)
         plan_name = spec.name
     args = _namespace(settings, host, "plan settings")
     degrees_given = any(getattr(given, a) is not None for a in ("dp", "tp", "pp", "cp", "ep", "etp"))
     used_default = given.model is None and not degrees_given and not given.set and plan_name is None
-    return _request(args, host, used_default, plan_name, frozenset(settings))
+    request = _request(args, host, used_default, plan_name, frozenset(settings))
+    if plan_name is not None:
+        request = replace(request, notes=_batch_notes(own, asked, request, host))
+    return request
+
+
+def _batch_notes(own: Mapping[str, Any], asked: Mapping[str, Any], request: PlanRequest, host) -> tuple[str, ...]:
+    """A note when the settings given alongside a named plan change its global batch (a
+    --micro-batches or --dp of its own replaces the plan's batch, which is easily missed)."""
+    try:
+        before = _request(_namespace(own, host, "plan settings"), host, False, None, frozenset(own)).plan
+    except UsageError:
+        return ()
+    after = request.plan
+    if before.global_batch == after.global_batch or after.task != before.task:
+        return ()
+    changed = [f"--{k} {v}" for k, v in asked.items()
+               if k in ("dp", "micro-batches", "micro-batch-size", "global-batch") and own.get(k) != v]
+    why = f" with {', '.join(changed)}" if changed else ""
+    return (f"plan {request.plan_name}: its global batch of {before.global_batch:,} sequences becomes "
+            f"{after.global_batch:,}{why} (dp {after.dp} x micro-batch size {after.micro_batch_size} x "
+            f"{after.micro_batches} micro-batches); give --global-batch {before.global_batch} to keep it",)
 
 
 def settings_from_args(args: argparse.Namespace, host=None) -> dict[str, Any]:

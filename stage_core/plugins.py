@@ -274,10 +274,19 @@ class PluginHost:
         known = ", ".join(b.name for b in backends) or "none installed"
         raise UsageError(f"--format {name}: unknown trace format; known: {known}{self.broken_hint()}")
 
-    def executor(self, name: str) -> ExecutorSpec:
+    def executor(self, name: str, given: Mapping[str, Any] | None = None) -> ExecutorSpec:
+        """The executor ``name``; ``given`` ({option: value}, None values left out) are the
+        options the user set: one the executor declares it does not read is refused (an
+        option that cannot do its job)."""
         executors = self.executors()
         for e in executors:
             if e.name == name:
+                unread = [k for k, v in (given or {}).items() if v is not None and e.options is not None
+                          and k not in e.options]
+                if unread:
+                    reads = ", ".join(f"--{o}" for o in e.options) or "none"
+                    raise UsageError(f"--{unread[0]} {given[unread[0]]}: the {name} executor does not read it "
+                                     f"(it reads: {reads}); leave it out, or choose another --executor")
                 return e
         known = ", ".join(e.name for e in executors) or "none installed (install stage-search)"
         raise UsageError(f"--executor {name}: unknown executor; known: {known}{self.broken_hint()}")

@@ -214,13 +214,16 @@ class ExecutorSpec:
     module-level function and items and results are plain picklable data (dicts of
     numbers and strings), so an executor may ship them to other processes or
     machines.  ``options`` carries the user's executor settings (``workers``,
-    ``address``...); an executor ignores the ones it does not know.
+    ``address``...); an executor ignores the ones it does not know.  ``options``: the
+    settings it reads (None: not declared); a command refuses a setting given to an
+    executor that declares it does not read it (``--address`` for ``local``).
     """
 
     name: str
     run: Callable[[Callable[[Any], Any], Sequence[Any], Mapping[str, Any]], Iterator[tuple[int, Any]]]
     description: str = ""
     plugin: str = ""
+    options: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -235,7 +238,9 @@ class SimulatorSpec:
     whether every rank finished.  It raises :class:`stage_core.errors.StageError` when
     the simulator cannot run the set.  ``time_limit_s``: simulated time after which the
     simulator stops (a longer step never finishes in it; ``stage estimate`` says so
-    beforehand); None when it has no limit.
+    beforehand); None when it has no limit.  ``binary_env``: the environment variable
+    ``simulate`` and ``available`` read the simulator's binary from, when they do (a
+    command's ``--astra-sim BIN`` sets it for the run); None when it reads none.
     """
 
     name: str
@@ -245,6 +250,7 @@ class SimulatorSpec:
     description: str = ""
     plugin: str = ""
     time_limit_s: float | None = None
+    binary_env: str | None = None
 
 
 @dataclass(frozen=True)

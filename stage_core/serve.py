@@ -346,8 +346,11 @@ def _with_transfers(classes: list[dict], side: str, offset: int, extra) -> list[
         for (nodes, sent, received), ranks in groups.items():
             comm = dict(rc["comm_bytes"], send=rc["comm_bytes"]["send"] + sent,
                         recv=rc["comm_bytes"]["recv"] + received)
+            wire = rc.get("wire_bytes")
+            if wire is not None:
+                wire = {"wire_bytes": dict(wire, send=wire["send"] + sent, recv=wire["recv"] + received)}
             out.append({**rc, "side": side, "ranks": [offset + r for r in ranks], "comm_bytes": comm,
-                        "nodes": rc["nodes"] + nodes})
+                        **(wire or {}), "nodes": rc["nodes"] + nodes})
     return out
 
 
@@ -381,7 +384,7 @@ def serve_manifest(pre, dec, transfers, routes: Routes, world: int) -> dict:
                         "max_sent_per_prefill_rank": max(sent.values(), default=0),
                         "max_received_per_decode_rank": max(received.values(), default=0)},
     }
-    for key in ("hardware", "compute_model"):
+    for key in ("hardware", "compute_model", "kernel_times"):
         if key in pre.manifest:
             out[key] = pre.manifest[key]
     return out

@@ -108,6 +108,27 @@ class Evaluator:
         return [Fraction(int(n), int(d)) for n, d in zip(nums, dens)]
 
 
+def exact_values(exprs: Sequence, values: Mapping[str, int]) -> list[int]:
+    """Each expression's whole value at ``values``, by substitution (each distinct one once):
+    for one binding of a few distinct expressions (a model's parameter sizes), far cheaper
+    than compiling an :class:`Evaluator`.  Raises ``ValueError`` naming an expression that is
+    not a whole number there, ``KeyError`` for a dim without a value."""
+    bound = {dim(name): int(v) for name, v in values.items() if str(name).isidentifier()}
+    seen: dict = {}
+    out = []
+    for e in exprs:
+        got = seen.get(e)
+        if got is None:
+            x = sp.sympify(expr(e).xreplace(bound))  # (a function of the dims may give a plain int)
+            if x.free_symbols:
+                raise KeyError(f"no value for dim(s) {', '.join(sorted(s.name for s in x.free_symbols))}")
+            if not x.is_Integer:
+                raise ValueError(f"{e} = {x} is not a whole number for {dict(values)}")
+            got = seen[e] = int(x)
+        out.append(got)
+    return out
+
+
 def evaluate(e, values: Mapping[str, int]) -> int:
     """One expression, exactly (for tests and one-off numbers, not loops)."""
     return Evaluator([expr(e)])(values)[0]

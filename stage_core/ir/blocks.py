@@ -109,7 +109,8 @@ def _gqa_shapes() -> dict:
 
 def attention_core(g: GraphBuilder, q: Tensor, k: Tensor, v: Tensor, *, kind: str = "flash",
                    causal_flops: bool = False, dropout: bool = False, prefix: str = "attn",
-                   window: int | None = None, softcap=None, value_in_key: bool = False) -> Tensor:
+                   window: int | None = None, softcap=None, value_in_key: bool = False,
+                   causal: bool = True) -> Tensor:
     """softmax(q·kᵀ)·v in block ``attn_core``: q [b,s,g,r,d], k [b,s,g,d], v [b,s,g,dv] -> [b,s,g,r,dv].
 
     ``flash``: one kernel (``flash``) that keeps q, k, v, the output and the log-sum-exp.
@@ -126,13 +127,15 @@ def attention_core(g: GraphBuilder, q: Tensor, k: Tensor, v: Tensor, *, kind: st
     ``softcap``: ``softcap·tanh(scores/softcap)`` before the softmax (Gemma 2), inside
     the flash kernel or as a ``softcap`` kernel on the classic scores.  ``value_in_key``:
     v is the leading part of k (MLA absorbed), read once by the flash kernel.
+    ``causal``: a decoder's mask (the flash kernel skips the masked half; classic
+    attention computes every score and masks them).
     """
     if kind not in ATTENTION_KINDS:
         raise ValueError(f"unknown attention kind {kind!r}; known: {', '.join(ATTENTION_KINDS)}")
     with g.scope(prefix), g.block("attn_core"):
         if kind == "flash":
-            return g.flash_attention(q, k, v, causal_flops=causal_flops, name="flash", window=window,
-                                     softcap=softcap, value_in_key=value_in_key)
+            return g.flash_attention(q, k, v, causal_flops=causal_flops, causal=causal, name="flash",
+                                     window=window, softcap=softcap, value_in_key=value_in_key)
         scale = Fraction(1, 2) if causal_flops else 1
         scores = g.einsum("bsgrd,bkgd->bgrsk", q, k, name="scores", flops_scale=scale)
         if softcap is not None:
@@ -202,7 +205,7 @@ def gqa_attention(
             k = g.cache(k, name="k_cache")
             v = g.cache(v, name="v_cache")
     ctx = attention_core(g, q, k, v, kind=kind, causal_flops=causal_flops, dropout=dropout, prefix=prefix,
-                         window=window, softcap=softcap)
+                         window=window, softcap=softcap, causal=cache)
     if sinks:
         with g.scope(prefix):
             weights = g.param("sinks", shape["w_proj"][:2])

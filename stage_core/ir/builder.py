@@ -507,7 +507,7 @@ class GraphBuilder:
         return loss
 
     def flash_attention(self, q: Tensor, k: Tensor, v: Tensor, *, causal_flops: bool = False,
-                        name: str = "flash_attention", separate_value_dim: bool | None = None,
+                        causal: bool = True, name: str = "flash_attention", separate_value_dim: bool | None = None,
                         window: int | None = None, softcap=None, value_in_key: bool = False) -> Tensor:
         """Fused attention (FlashAttention): q [b,s,g,r,d], k and v [b,s,g,d] -> [b,s,g,r,d].
 
@@ -532,13 +532,17 @@ class GraphBuilder:
 
         ``value_in_key``: v is the leading part of k (MLA's absorbed form reads one latent
         per key as both), so the kernel reads it once: v's bytes are not counted again.
+
+        ``causal``: the mask (a decoder's; ``False`` for an encoder's bidirectional
+        attention).  It does not change the FLOPs counted (``causal_flops`` does); it
+        tells a compute model that the kernel skips the masked half of the scores.
         """
         scale = sp.Rational(1, 2) if causal_flops else sp.Integer(1)
         if separate_value_dim is None:
             separate_value_dim = v.shape[-1] != k.shape[-1] and sp.expand(v.shape[-1] - k.shape[-1]) != 0
         vd = "v" if separate_value_dim else "d"
         terms = flash_terms(vd, causal_flops, window, softcap)
-        attrs = {"flops_scale": scale, "causal_flops": bool(causal_flops)}
+        attrs = {"flops_scale": scale, "causal_flops": bool(causal_flops), "causal": bool(causal)}
         if window is None:
             # ring attention (context parallel, TransformerEngine's p2p) streams the keys
             # and values around the ring and merges the blocks with the log-sum-exp

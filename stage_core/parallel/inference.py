@@ -71,7 +71,7 @@ class InferenceLowerer(Lowerer):
 
     # ------------------------------------------------------------------ one program per stage
     def program(self, stage: int) -> tuple[_Program, int]:
-        prog = _Program()
+        prog = _Program(self.group_size)
         m_total = self.plan.micro_batches
         order = [step for step in flat_steps(self.schedule(self.stages, m_total, self.virtual)[stage])
                  if step[0] == "F"]

@@ -30,7 +30,7 @@ from ..ir.ops import BACKWARD, FORWARD, MATMUL, OPTIMIZER, Op, parse_spec
 from ..ir.tensor import DTYPE_BYTES, Role, Tensor
 from ..trace import COMM_KEYS, CollectiveType, NodeType, ProgramNode, RankProgram
 from .mesh import Mesh
-from .placement import FLAT, Partial, Shard, layout_key
+from .placement import FLAT, Partial, Replicate, Shard, layout_key
 from .plan import Plan
 from .overlap import Background, place
 from .propagate import OpPlan, Propagation, Redistribute
@@ -48,6 +48,7 @@ class Step:
     flops: dict[str, int]
     comm: dict[str, int]
     kernel_bytes: int = 0
+    wire: dict[str, int] = field(default_factory=dict)  # the bytes on the link so far (see ClassReport)
 
 
 @dataclass
@@ -56,6 +57,10 @@ class ClassReport:
 
     ``nodes``: the nodes of each rank's program; ``kernel_bytes``: the bytes its kernels
     read and write (the compute nodes' tensor_size, a kernel with none counted 0).
+    ``comm_bytes``: per collective type, the sum of its ``comm_size`` (ASTRA-sim's input
+    size, REFERENCE §6), and the bytes sent and received; ``wire_bytes``: what the same
+    collectives put on each rank's link by the ring algorithm
+    (:func:`stage_core.hardware.wire_bytes`; sends and receives as they are).
     """
 
     ranks: tuple[int, ...]
@@ -69,6 +74,7 @@ class ClassReport:
     steps: list[Step] = field(default_factory=list, repr=False)
     chunk_activations: dict[int, int] = field(default_factory=dict, repr=False)
     chunk_hold: dict[int, int] = field(default_factory=dict, repr=False)  # kept from a split B to its W
+    wire_bytes: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {
@@ -76,6 +82,7 @@ class ClassReport:
             "flops": dict(self.flops),
             "memory_bytes": dict(self.memory_bytes),
             "comm_bytes": dict(self.comm_bytes),
+            "wire_bytes": dict(self.wire_bytes),
             "kernel_bytes": self.kernel_bytes,
             "nodes": self.nodes,
         }
@@ -304,11 +311,13 @@ class _Program:
     "The one communication slot").
     """
 
-    def __init__(self):
+    def __init__(self, group_size=None):
         self.nodes: list[ProgramNode] = []
         self.flops = {"matmul": 0, "other": 0}
         self.model_flops = 0  # 3 x the matmul FLOPs of the forward pass (recompute not counted)
         self.comm = {k: 0 for k in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send", "recv")}
+        self.wire = dict.fromkeys(self.comm, 0)  # the same on the link (ring algorithm)
+        self.group_size = group_size  # group key -> its ranks (for the wire bytes)
         self.tags = 0  # the last send/recv tag handed out
         self.step_tail: int | None = None  # last node of the previous schedule step
         self.step_last: int | None = None
@@ -354,6 +363,8 @@ class _Program:
         self.nodes.append(ProgramNode(nid, name, NodeType.COMM_COLL, data, ctrl, comm_type=kind,
                                       comm_size=size, group=group))
         self.comm[COMM_KEYS[kind]] += size
+        n = self.group_size(group) if self.group_size is not None else group_size
+        self.wire[COMM_KEYS[kind]] += hardware.wire_bytes(COMM_KEYS[kind], size, n)
         if release is None:
             self.step_last = nid
         else:
@@ -365,6 +376,7 @@ class _Program:
         nid = len(self.nodes)
         self.nodes.append(ProgramNode(nid, name, kind, data, ctrl, comm_size=size, peer=peer, tag=tag))
         self.comm["send" if kind == NodeType.COMM_SEND else "recv"] += size
+        self.wire["send" if kind == NodeType.COMM_SEND else "recv"] += size
         self.step_last = nid
         return nid
 
@@ -375,7 +387,7 @@ class _Program:
     def end_step(self, micro_batch: int):
         self.step_tail = self.step_last
         self.steps.append(Step(micro_batch, len(self.nodes), {**self.flops, "model": self.model_flops},
-                               dict(self.comm), self.kernel_bytes))
+                               dict(self.comm), self.kernel_bytes, dict(self.wire)))
         self.last_gather = None
 
     def finish(self, timing: "Timing | None" = None) -> None:
@@ -451,7 +463,7 @@ class Lowerer:
             mm, other, nbytes = self.cost(op)
             dtype = (op.inputs or op.outputs)[0].dtype
             got = kernel(op.kind, op.fn, op.phase, op.spec, self.sizes.local_letters(op, self.prop.plan(op)),
-                         dtype, flops=mm + other, matmul_flops=mm, nbytes=nbytes)
+                         dtype, flops=mm + other, matmul_flops=mm, nbytes=nbytes, causal=bool(op.attrs.get("causal")))
             self._kernels[op] = got
         return got
 
@@ -460,6 +472,14 @@ class Lowerer:
         # reduce-scatter the full input per rank, all-gather the per-rank input shard:
         # in every case the bytes of the tensor as it is before the collective.
         return self.sizes.nbytes(r.tensor, r.before)
+
+    def group_size(self, key: str) -> int:
+        """Ranks in a group of ``key`` (memoised: every collective asks)."""
+        sizes = self.__dict__.setdefault("_group_sizes", {})
+        n = sizes.get(key)
+        if n is None:
+            n = sizes[key] = self.mesh.group_size(key)
+        return n
 
     def key(self, axis: str) -> str:
         """The group key to name: an expert-view key that spans the same ranks as a
@@ -649,6 +669,11 @@ class Lowerer:
             for rs in by_tensor.values():
                 self._gather_bytes[(rs[0].tensor, self.lk(rs[-1].after))] = self.sizes.nbytes(rs[0].tensor,
                                                                                               rs[0].before)
+            if self.sg.gather_unit == "parameter":  # one all-gather per parameter tensor
+                got[layer] = [(key, self._gather_bytes[(rs[0].tensor, self.lk(rs[-1].after))],
+                               [(rs[0].tensor, self.lk(rs[-1].after))])
+                              for key, tensors in by_key.items() for rs in tensors]
+                continue
             got[layer] = [(key, sum(self._gather_bytes[(rs[0].tensor, self.lk(rs[-1].after))] for rs in tensors),
                            [(rs[0].tensor, self.lk(rs[-1].after)) for rs in tensors])
                           for key, tensors in by_key.items()]
@@ -763,6 +788,19 @@ class Lowerer:
                     received.add((t, c))
         return list(out)
 
+    def message_size(self, t: Tensor) -> tuple[int, str | None]:
+        """Bytes a pipeline message of ``t`` carries, and the axis the receiver gathers it over
+        (None: the whole tensor is sent).  Under the graph's ``pipeline_split`` a tensor
+        replicated over that axis is cut in as many slices as the axis has ranks (the last
+        rounded up) and each rank sends its own."""
+        layout = self.prop.produced.get(t, {})
+        whole = self.sizes.nbytes(t, layout)
+        axis = self.sg.pipeline_split
+        degree = self.mesh.degrees.get(axis, 1) if axis else 1
+        if degree < 2 or not isinstance(layout.get(axis, Replicate()), Replicate):
+            return whole, None
+        return -(-whole // degree), axis
+
     def peer_key(self, src_chunk: int, dst_chunk: int, sending: bool, copy: int = 0) -> str:
         delta = self.stage_of(dst_chunk, copy) - self.stage_of(src_chunk, copy)
         delta = delta if sending else -delta
@@ -814,7 +852,7 @@ class Lowerer:
     # ------------------------------------------------------------------ one program per stage
     def program(self, stage: int) -> tuple[_Program, int]:
         """The program of pipeline stage ``stage`` and its peak activation bytes."""
-        prog = _Program()
+        prog = _Program(self.group_size)
         m_total = self.plan.micro_batches
         prog.tags = m_total * len(self.crossings)  # pipeline tags come first; kernels' own messages follow
         order = self.schedule(self.stages, m_total, self.virtual)[stage]
@@ -908,10 +946,13 @@ class Lowerer:
                 for x in self.crossings:  # (W has no pipeline messages: B sends the input gradient)
                     t, src, dst, ph = x
                     if dst == c and ph == kind and self.stage_of(src, copy) != stage:  # (a V's turn stays on the stage)
-                        rid = prog.p2p(f"{tag}.{'fwd' if ph == 'F' else 'bwd'}:recv:{t.name}", NodeType.COMM_RECV,
-                                       self.sizes.nbytes(t, self.prop.produced.get(t, {})),
-                                       self.peer_key(src, dst, False, copy), 1 + m * len(self.crossings) + index[x],
-                                       ())
+                        size, gather_axis = self.message_size(t)
+                        name = f"{tag}.{'fwd' if ph == 'F' else 'bwd'}"
+                        rid = prog.p2p(f"{name}:recv:{t.name}", NodeType.COMM_RECV, size,
+                                       self.peer_key(src, dst, False, copy), 1 + m * len(self.crossings) + index[x], ())
+                        if gather_axis:  # the slices of the axis's ranks gathered back into the whole tensor
+                            rid = prog.coll(f"{name}:gather:{t.name}", CollectiveType.ALL_GATHER, size,
+                                            self.key(gather_axis), (rid,))
                         versions[(t, self.lk(self.prop.produced.get(t, {})))] = (rid,)
                         versions[(t, None)] = (rid,)
                 if kind == "F":
@@ -950,8 +991,8 @@ class Lowerer:
                     if src == c and ph == kind and self.stage_of(dst, copy) != stage:
                         deps = versions.get((t, self.lk(self.prop.produced.get(t, {}))), versions.get((t, None), ()))
                         prog.p2p(f"{tag}.{'fwd' if ph == 'F' else 'bwd'}:send:{t.name}", NodeType.COMM_SEND,
-                                 self.sizes.nbytes(t, self.prop.produced.get(t, {})),
-                                 self.peer_key(src, dst, True, copy), 1 + m * len(self.crossings) + index[x], deps)
+                                 self.message_size(t)[0], self.peer_key(src, dst, True, copy),
+                                 1 + m * len(self.crossings) + index[x], deps)
             prog.end_step(parts[0][1])
         unsynced = [i for i, ops in enumerate(pending) if ops]
         if unsynced:  # every gradient's maker runs on this stage: a bucket left means lowering lost one
@@ -1201,7 +1242,8 @@ class Lowerer:
             flops["model"] = prog.model_flops
             reports.append(ClassReport(ranks, flops, self.memory(stage, peak), dict(prog.comm), nodes=len(prog.nodes),
                                        kernel_bytes=prog.kernel_bytes, steps=prog.steps,
-                                       chunk_activations=dict(prog.chunk_acts), chunk_hold=dict(prog.chunk_hold)))
+                                       chunk_activations=dict(prog.chunk_acts), chunk_hold=dict(prog.chunk_hold),
+                                       wire_bytes=dict(prog.wire)))
             programs.append(RankProgram(ranks, tuple(prog.nodes), label=f"stage{stage}"))
         return Lowered(programs, reports, set(self.group_keys), self.stage_layers)
 

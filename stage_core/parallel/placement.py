@@ -109,6 +109,12 @@ class ShardedGraph:
     moe_dispatcher: str = "alltoall"  # how MoE tokens reach their experts (parallel.moe)
     pipeline: tuple[int, int] = (1, 1)  # (stages, virtual stages per rank): layers split into stages*virtual chunks
     stage_layers: tuple[int, ...] | None = None  # layers per chunk, in chunk order; None: an even split
+    # an axis over which each pipeline message is split: every rank of the axis sends its slice of a
+    # tensor replicated over it and the receiver all-gathers the slices (Megatron's scatter/gather)
+    pipeline_split: str | None = None
+    # how ZeRO-3 / FSDP gathers stored shards: "layer" (one all-gather of a layer's parameters, an FSDP
+    # unit) or "parameter" (one all-gather per parameter tensor, as DeepSpeed's ZeRO-3 fetches them)
+    gather_unit: str = "layer"
     # axis -> block ("" for every block) -> dim names an op's sharding on that axis prefers,
     # where its inputs are sharded on different letters (sequence vs heads: DeepSpeed-Ulysses)
     prefer: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)

@@ -130,7 +130,8 @@ def _examine(trace_set: TraceSet, max_problems: int, costs: dict | None,
     firsts = FirstKernels() if rooflines else None
     summaries: dict[int, RankSummary] = {}
     shapes = Shapes(max_problems)
-    memo = CostMemo()
+    memo = CostMemo({str(name): len(members) for name, members in trace_set.comm_groups.items()
+                     if isinstance(members, (list, tuple))})
     wanted = manifest is not None or costs is not None
     costs = {} if costs is None else costs
     for rank, nodes in trace_set.iter_ranks():

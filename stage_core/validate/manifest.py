@@ -7,7 +7,9 @@ one of those numbers is recomputed from the files and compared:
 * ``world_size`` with the set's; the classes' ``ranks`` cover the world once each;
 * per rank, from its nodes: ``nodes`` (a rank whose last nodes are missing has fewer:
   the end of its program is known from its class), the bytes of each collective type,
-  of sends and of receives (``comm_bytes``), the FLOPs (``flops``: the compute nodes'
+  of sends and of receives (``comm_bytes``), what those put on the rank's link by the
+  ring algorithm on each group's size in comm_groups.json (``wire_bytes``, when the
+  manifest has it), the FLOPs (``flops``: the compute nodes'
   num_ops, where a kernel without arithmetic is written as 1), the kernels' bytes
   (``kernel_bytes``: tensor_size, likewise), the compute time (``compute_time_us``:
   duration_micros, when the set was timed), and no node is a CPU op;
@@ -27,6 +29,7 @@ from operator import is_
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from ..hardware import wire_bytes
 from ..trace import COMM_KEYS, RANK_ATTRS, NodeType, StampedNodes, TraceNode
 from .problems import Problems
 
@@ -45,6 +48,7 @@ class Costs:
     tensor_size: int
     unit_bytes: int  # compute nodes written with tensor_size 1
     comm: tuple[tuple[str, int], ...]  # (manifest key, bytes), in COMM_FIELDS order
+    wire: tuple[tuple[str, int], ...]  # the same on the wire (hardware.wire_bytes)
     micros: int
     cpu_ops: int
     program: str = field(compare=False)  # program_digest of the nodes (checked on its own)
@@ -55,21 +59,22 @@ class CostMemo:
     base: only pg_name and peers differ, which no cost reads) is added up once, also
     when a rank had it as its own nodes before (a reader's first file of a class)."""
 
-    def __init__(self):
+    def __init__(self, group_sizes: Mapping[str, int] | None = None):
         # id(list) -> (the list, or a copy of a rank's own list, and its costs)
         self._by_base: dict[int, tuple[Sequence[TraceNode], Costs]] = {}
+        self.group_sizes = dict(group_sizes or {})  # pg_name -> ranks (a class's ranks' groups are alike)
 
     def costs(self, nodes: Sequence[TraceNode]) -> Costs:
         if not isinstance(nodes, StampedNodes):
             # (a rank's own list might be changed afterwards by whoever made it: keep a copy)
-            return self._keep(nodes, tuple(nodes), _add_up(nodes))
+            return self._keep(nodes, tuple(nodes), _add_up(nodes, self.group_sizes))
         base = nodes.base
         got = self._by_base.get(id(base))
         if got is not None and got[0] is base:
             return got[1]
         if got is not None and len(got[0]) == len(base) and all(map(is_, got[0], base)):
             return self._keep(base, base, got[1])
-        return self._keep(base, base, _add_up(base))
+        return self._keep(base, base, _add_up(base, self.group_sizes))
 
     def _keep(self, nodes: Sequence[TraceNode], held: Sequence[TraceNode], costs: Costs) -> Costs:
         if len(self._by_base) >= _MAX_MEMO:
@@ -83,9 +88,11 @@ def _number(node: TraceNode, name: str) -> int:
     return value if type(value) is int else 0  # (a value of another type: the structure checks say so)
 
 
-def _add_up(nodes: Sequence[TraceNode]) -> Costs:
+def _add_up(nodes: Sequence[TraceNode], group_sizes: Mapping[str, int] | None = None) -> Costs:
     num_ops = unit_ops = tensor_size = unit_bytes = micros = cpu_ops = 0
     comm = dict.fromkeys(COMM_FIELDS, 0)
+    wire = dict.fromkeys(COMM_FIELDS, 0)
+    sizes = group_sizes or {}
     for node in nodes:
         kind = node.type
         if node.attr("is_cpu_op") is True:
@@ -100,13 +107,17 @@ def _add_up(nodes: Sequence[TraceNode]) -> Costs:
         elif kind == NodeType.COMM_COLL:
             key = COMM_KEYS.get(_number(node, "comm_type"), None)
             if key is not None:
-                comm[key] += _number(node, "comm_size")
+                size = _number(node, "comm_size")
+                comm[key] += size
+                wire[key] += wire_bytes(key, size, sizes.get(str(node.attr("pg_name")), 0))
         elif kind == NodeType.COMM_SEND:
             comm["send"] += _number(node, "comm_size")
+            wire["send"] += _number(node, "comm_size")
         elif kind == NodeType.COMM_RECV:
             comm["recv"] += _number(node, "comm_size")
-    return Costs(len(nodes), num_ops, unit_ops, tensor_size, unit_bytes, tuple(comm.items()), micros, cpu_ops,
-                 program_digest(nodes))
+            wire["recv"] += _number(node, "comm_size")
+    return Costs(len(nodes), num_ops, unit_ops, tensor_size, unit_bytes, tuple(comm.items()), tuple(wire.items()),
+                 micros, cpu_ops, program_digest(nodes))
 
 
 # --------------------------------------------------------------------------- program digests
@@ -227,6 +238,13 @@ def _disagreements(mine: Costs, rc: dict, flops, comm, where: str) -> list[str]:
         for key, size in mine.comm:
             if comm[key] != size:
                 out.append(f"its nodes move {size:,} bytes by {key}, but {where} says {comm[key]:,}")
+    wire = rc.get("wire_bytes")
+    if wire is not None:
+        for key, size in mine.wire:
+            if not isinstance(wire, dict) or wire.get(key) != size:
+                said = wire.get(key, "(missing)") if isinstance(wire, dict) else repr(wire)
+                out.append(f"its nodes put {size:,} bytes on the wire by {key} (the ring algorithm on its groups' "
+                           f"sizes in comm_groups.json), but {where} says wire_bytes {key} {said}")
     micros = rc.get("compute_time_us")
     if micros is not None and micros != mine.micros:
         out.append(f"its compute nodes last {mine.micros:,} us (duration_micros), but {where} says "

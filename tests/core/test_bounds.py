@@ -151,4 +151,4 @@ def test_report_keeps_its_json_keys_when_extrapolated(host, capsys):
     status, out, _ = run(host, capsys, "report", "--model", "toy", "--micro-batches", "100000", "--json")
     assert status == 0
     rc = json.loads(out)["rank_classes"][0]
-    assert set(rc) == {"ranks", "flops", "memory_bytes", "comm_bytes", "kernel_bytes", "nodes"}
+    assert set(rc) == {"ranks", "flops", "memory_bytes", "comm_bytes", "wire_bytes", "kernel_bytes", "nodes"}

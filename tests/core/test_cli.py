@@ -148,7 +148,7 @@ def test_report_json_has_the_manifest_keys(host, capsys):
     assert status == 0
     data = json.loads(stdout)
     rc = data["rank_classes"][0]
-    assert set(rc) == {"ranks", "flops", "memory_bytes", "comm_bytes", "kernel_bytes", "nodes"}
+    assert set(rc) == {"ranks", "flops", "memory_bytes", "comm_bytes", "wire_bytes", "kernel_bytes", "nodes"}
     assert set(rc["memory_bytes"]) == {"parameters", "gradients", "optimizer", "activations", "total"}
     assert set(rc["comm_bytes"]) == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send", "recv"}
     assert rc["flops"]["total"] == rc["flops"]["matmul"] + rc["flops"]["other"]
@@ -183,22 +183,27 @@ def test_progress_per_phase_and_quiet(host, capsys, tmp_path, monkeypatch):
     import contextlib
 
     import stage_core.cli as cli
+    from stage_core.progress import Progress
 
     calls = []
 
-    @contextlib.contextmanager
-    def bar(label, total):
-        done = []
-        yield done.append
-        calls.append((label, total, sum(done)))
+    class Recorded(Progress):
+        @contextlib.contextmanager
+        def phase(self, label, total=None, unit=""):
+            done = []
+            yield lambda n=1: done.append(n)
+            calls.append((label, total, sum(done)))
 
-    monkeypatch.setattr(cli, "progress_bar", bar)
+    monkeypatch.setattr(cli, "progress_of", lambda args: Recorded("off" if args.quiet else "lines"))
     argv = ["generate", "--model", "toy", "--dp", "4", "--format", "jsonl"]
     assert run(host, capsys, *argv, "-o", str(tmp_path / "a"))[0] == 0
-    assert calls == [("writing", 4, 4), ("validating", 4, 4)]
+    assert calls == [("planning", None, 0), ("writing", 4, 4), ("validating", 4, 4)]
+    calls.clear()
+    assert run(host, capsys, "validate", str(tmp_path / "a"))[0] == 0
+    assert calls == [("validating", 4, 4)]
     calls.clear()
     assert run(host, capsys, *argv, "--quiet", "-o", str(tmp_path / "b"))[0] == 0
-    assert calls == []
+    assert calls == [("planning", None, 0), ("writing", 4, 4), ("validating", 4, 4)]  # (shown by nothing)
 
 
 class _Terminal(__import__("io").StringIO):
@@ -208,15 +213,58 @@ class _Terminal(__import__("io").StringIO):
 
 @pytest.mark.parametrize("stream,shown", [(_Terminal(), True), (__import__("io").StringIO(), False)])
 def test_progress_bar_draws_on_a_terminal_only(monkeypatch, stream, shown):
-    import sys
+    from stage_core.progress import Progress
 
-    from stage_core.cli import progress_bar
-
-    monkeypatch.setattr(sys, "stderr", stream)
-    with progress_bar("writing", 10, delay=0) as update:
+    monkeypatch.delenv("STAGE_PROGRESS", raising=False)
+    progress = Progress(stream=stream, delay=0)
+    assert progress.mode == ("bar" if shown else "lines")
+    with progress.phase("writing", 10, "ranks") as update:
         update(4)
         update(6)
     assert ("writing:" in stream.getvalue() and "/10 [" in stream.getvalue()) == shown
+    if not shown:  # a log gets plain lines: the phase's end, with its count and time
+        assert stream.getvalue().splitlines()[-1].startswith("stage: writing: 10 of 10 ranks (100%) in ")
+
+
+def test_progress_in_a_log_is_plain_lines_for_long_phases_only():
+    import io
+    import time
+
+    from stage_core.progress import Progress
+
+    log = io.StringIO()
+    quick = Progress("lines", stream=log, delay=0.2, interval=0.05)
+    with quick.phase("planning") as done:
+        done(1)
+    assert log.getvalue() == ""  # a phase shorter than the delay says nothing
+    with quick.phase("simulating", 3, "ranks") as done:
+        time.sleep(0.25)
+        done(1)  # past the delay: a line
+        time.sleep(0.06)
+        done(1)  # past the interval: another
+        done(1)  # (the whole count: the end line says it)
+    lines = log.getvalue().splitlines()
+    assert lines[0].startswith("stage: simulating: 1 of 3 ranks (33%), ") and lines[0].endswith(" s")
+    assert lines[1].startswith("stage: simulating: 2 of 3 ranks (67%), ")
+    assert lines[2].startswith("stage: simulating: 3 of 3 ranks (100%) in ") and len(lines) == 3
+    assert "\r" not in log.getvalue() and "\x1b" not in log.getvalue()  # no bar drawing in a log
+    off = io.StringIO()
+    with Progress("off", stream=off, delay=0).phase("writing", 2) as done:
+        time.sleep(0.01)
+        done(2)
+    assert off.getvalue() == ""
+
+
+def test_a_bar_without_a_count_shows_the_elapsed_time():
+    import time
+
+    from stage_core.progress import Progress
+
+    term = _Terminal()
+    with Progress("bar", stream=term, delay=0).phase("planning"):
+        time.sleep(1.2)  # redrawn every 0.5 s by its own thread
+    text = term.getvalue()
+    assert "planning: 00:01" in text, text
 
 
 def test_comm_groups_json_holds_one_group_a_line(host, capsys, tmp_path):

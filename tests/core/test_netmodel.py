@@ -7,6 +7,7 @@ ASTRA-sim adapter writes for the h100 preset); tests/integration/test_estimate.p
 some of them again in the simulator itself.
 """
 
+import dataclasses
 import math
 
 import pytest
@@ -112,6 +113,14 @@ def test_dimensions_are_a_node_then_the_nodes():
     assert dimensions(H100, 4) == ((4, H100.scale_up),)
     assert dimensions(H100, 8) == ((8, H100.scale_up),)
     assert dimensions(H100, 32) == ((8, H100.scale_up), (4, H100.scale_out))
+
+
+def test_one_rank_a_node_is_one_dimension_of_the_nodes():
+    # a CPU cluster (Das et al. 2016's: one rank a node): the simulator refuses a dimension of one NPU
+    cpus = dataclasses.replace(H100, gpus_per_node=1)
+    assert dimensions(cpus, 1) == ((1, cpus.scale_up),)
+    assert dimensions(cpus, 16) == ((16, cpus.scale_out),)
+    assert [d.npus for d in Network.of(cpus, 16).dims] == [16]
 
 
 @pytest.mark.parametrize("world, members, kind, size, largest", [

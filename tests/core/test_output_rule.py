@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -129,6 +130,34 @@ def test_the_marks_stage_recognizes(tmp_path):
 
 def _chunk(kind: bytes, data: bytes) -> bytes:
     return len(data).to_bytes(4, "big") + kind + data + b"\0\0\0\0"
+
+
+class _Figure:
+    """What write_figure uses of a matplotlib figure: savefig(path, dpi, format, metadata)."""
+
+    def __init__(self, fail=False):
+        self.saved, self.fail = [], fail
+
+    def savefig(self, path, *, dpi, format, metadata):
+        if self.fail:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        text = b"".join(k.encode() + b"\0" + v.encode() for k, v in metadata.items())
+        Path(path).write_bytes(b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", bytes(13)) + _chunk(b"tEXt", text))
+        self.saved.append((dpi, format))
+
+
+def test_a_figure_is_a_png_stage_recognizes(tmp_path):
+    fig = _Figure()
+    target = output.write_figure(tmp_path / "plot.png", fig)
+    assert fig.saved == [(120, "png")] and recognized(target)
+    output.write_figure(target, _Figure())  # STAGE's own plot: replaced without --force
+    mine = tmp_path / "mine.png"
+    mine.write_bytes(b"\x89PNG\r\n\x1a\n")
+    with pytest.raises(UsageError, match="--plot .*mine.png: exists and STAGE did not write it"):
+        output.write_figure(mine, _Figure())
+    with pytest.raises(OutputError):
+        output.write_figure(tmp_path / "full.png", _Figure(fail=True))
+    assert sorted(os.listdir(tmp_path)) == ["mine.png", "plot.png"]
 
 
 def test_a_failed_write_leaves_the_previous_file_and_no_temporary_one(tmp_path):

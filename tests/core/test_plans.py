@@ -110,10 +110,20 @@ def test_report_shows_each_rank_class_memory_beside_the_gpu(capsys):
     host = fresh_host((toy_plugin, "toy"), (jsonl_plugin, "jsonl"), (Plans(), "plans"), (Hardware(), "hw"))
     m = report(host, capsys, "--plan", "toy-dp4", "--gpu", "tiny")
     used = m["rank_classes"][0]["memory_bytes"]["total"] / 2**30
+    fit = m["memory_fit"]  # the JSON says it too
+    assert fit["capacity_bytes"] == 2**20 and fit["peak_bytes"] == m["rank_classes"][0]["memory_bytes"]["total"]
+    assert fit["fits"] == (used <= 2**-10)
     assert main(["report", "--plan", "toy-dp4", "--gpu", "tiny"], host=host) == 0
-    line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("memory"))
+    out = capsys.readouterr().out.splitlines()
+    line = next(x for x in out if x.startswith("memory:"))
     verdict = "fits" if used <= 2**-10 else "does NOT fit"
-    assert line.endswith(f"= {used:.1f} GiB of the tiny's {2**-10:g} GiB ({100 * used / 2**-10:.0f}%, {verdict})")
+    assert line == f"memory: up to {used:,.2f} GiB per GPU of the tiny's {2**-10:g} GiB ({100 * used / 2**-10:.0f}%): {verdict}"
+    # the table's column: each class's share of the GPU
+    header = next(x for x in out if x.startswith("ranks"))
+    assert f"of tiny's {2**-10:g} GiB" in header
+    row = out[out.index(header) + 1].split()
+    share = f"{100 * used / 2**-10:.0f}%"
+    assert share in row and (row[row.index(share) + 1:row.index(share) + 3] == ["NOT", "fit"]) == (used > 2**-10)
     # a plan may name its GPU; --gpu given alongside overrides it
     big = replace(hw, name="big", gpu=replace(gpu, name="big", memory_gib=80.0))
 

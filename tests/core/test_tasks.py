@@ -134,7 +134,9 @@ def test_report_prints_the_cache_and_the_largest_batch_that_fits(host, capsys):
     assert inf["kv_cache_elements_per_token_per_layer"] == 2 * HEADS * D
     mem = m["rank_classes"][0]["memory_bytes"]
     per_request_on_rank = (mem["kv_cache"] + mem["activations"]) / b
-    assert inf["largest_batch"] == int((10**6 - mem["parameters"]) // per_request_on_rank)
+    # --gpu-memory is in GiB (2^30 bytes), as every memory STAGE prints
+    assert inf["gpu_memory_bytes"] == int(0.001 * 2**30) == 1_073_741
+    assert inf["largest_batch"] == int((1_073_741 - mem["parameters"]) // per_request_on_rank)
     assert main(["report", "--model", "toy", "--task", "decode", "--gpu-memory", "0"], host=host) == 2
 
 

@@ -133,7 +133,7 @@ CHECKED = ("world_size", "rank_classes", "rank_classes.*", "rank_classes.*.ranks
            "rank_classes.*.flops", "rank_classes.*.flops.matmul", "rank_classes.*.flops.other",
            "rank_classes.*.flops.total", "rank_classes.*.comm_bytes", "rank_classes.*.comm_bytes.*",
            "rank_classes.*.nodes", "rank_classes.*.kernel_bytes", "rank_classes.*.program_sha256",
-           "rank_classes.*.compute_time_us")
+           "rank_classes.*.compute_time_us", "rank_classes.*.wire_bytes", "rank_classes.*.wire_bytes.*")
 
 
 @pytest.fixture(scope="module")
@@ -243,7 +243,8 @@ def damage(draw, folder: Path, used: set[str]) -> tuple[str, bool]:
         (folder / name).write_text(json.dumps(doc))
         if name == "manifest.json":
             optional = {"rank_classes.*.program_sha256": "as --no-validate writes",
-                        "rank_classes.*.nodes": "as an older STAGE wrote", "rank_classes.*.kernel_bytes": "likewise"}
+                        "rank_classes.*.nodes": "as an older STAGE wrote", "rank_classes.*.kernel_bytes": "likewise",
+                        "rank_classes.*.wire_bytes": "likewise"}
             if value == "(removed)" and pattern(where) in optional:
                 return kind + f" (unchecked: {pattern(where)} removed, {optional[pattern(where)]})", False
             return kind + ("" if checked(where) else f" (unchecked: {pattern(where)})"), checked(where)

@@ -3,6 +3,7 @@ gives them: training with tp and pp and decoding with the KV (or SSM state) cach
 set finishing on every rank in the real simulator.  Layer counts are cut with the
 config.json's own key (``--set num_hidden_layers=N``) to keep the sets small."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,9 @@ from stage_core.parallel import Plan
 ROOT = Path(__file__).resolve().parents[2]
 MOE = ROOT / "plugins/stage-model-moe/tests/configs"
 SSM = ROOT / "plugins/stage-model-ssm/tests/configs"
+
+#: Zamba2-1.2B's first 12 layers, with 2 SSM groups so that tp 2 divides them
+ZAMBA2_CUT = {"num_hidden_layers": 12, "ssm_groups": 2}
 
 TRAIN = Plan(tp=2, pp=2, micro_batches=2, seq_len=256)
 DECODE = Plan(task="decode", tp=2, pp=2, micro_batches=2, micro_batch_size=4, context_len=512)
@@ -35,6 +39,10 @@ SETS = [
     (SSM / "Jamba-v0.1.json", {"num_hidden_layers": 8}, TRAIN),
     (SSM / "Jamba-v0.1.json", {"num_hidden_layers": 8}, DECODE),
     (SSM / "falcon-mamba-7b.json", {"num_hidden_layers": 4}, DECODE),
+    # Zamba2-1.2B: Mamba-2 and a shared transformer block at layers 5 and 11 (one block, used
+    # on both stages); decode keeps every mixer's state and each use's KV cache.  Two SSM
+    # groups instead of one, so that tp 2 can split the mixers (Megatron's ngroups % tp)
+    (SSM / "Zamba2-1.2B.json", ZAMBA2_CUT, DECODE),
 ]
 
 
@@ -59,3 +67,22 @@ def test_set_num_hidden_layers_cuts_the_per_layer_lists(host):
     four = param_counts(spec.build(config))[0]
     # what 20 layers of the model hold: (full - four) / 20 per layer, the same for all
     assert (full - four) % 20 == 0
+
+
+def test_zamba2_shared_block_on_two_stages_finishes_in_the_simulator(host, tmp_path, simulate):
+    # layers 0-5 on stage 0 (the block's use at 5), 6-11 on stage 1 (its use at 11): each
+    # stage holds the block and their gradients are summed over both, as a tied embedding's;
+    # the embeddings the block reads go from the first stage to the second, and their
+    # gradient back
+    from stage_core.flow import plan_job, write_trace_set
+
+    result = plan_job(host, str(SSM / "Zamba2-1.2B.json"), {k: str(v) for k, v in ZAMBA2_CUT.items()}, TRAIN)
+    first = {re.sub(r"^mb\d+\.", "", n.name) for n in result.job.programs[0].nodes}  # of every micro-batch
+    assert "grad_sync.shared:all_reduce.pp@0,1" in first
+    assert {"chunk0.fwd:send:embed", "chunk0.bwd:recv:embed.grad"} <= first
+    out = tmp_path / "zamba2"
+    write_trace_set(host, result, out)
+    status, results = simulate(out)
+    summary = results["summary"]
+    assert summary["deadlocked_ranks"] == [] and summary["finished_ranks"] == TRAIN.world_size, summary
+    assert status == 0

@@ -85,10 +85,10 @@ def exposed_all_to_all_us(timeline: Path) -> dict[int, float]:
     out = {}
     for pid in {e["pid"] for e in events if e.get("ph") == "X"}:
         mine = [e for e in events if e.get("ph") == "X" and e["pid"] == pid]
-        busy = sorted((e["ts"], e["ts"] + e["dur"]) for e in mine if e["cat"] == "compute")
+        busy = sorted((e["ts"], e["ts"] + e["dur"]) for e in mine if e["tid"] == 1)  # (the compute track)
         total = 0.0
         for e in mine:
-            if ":all_to_all." not in e["name"]:
+            if e["cat"] != "all-to-all":
                 continue
             a, b = e["ts"], e["ts"] + e["dur"]
             covered = sum(max(0.0, min(b, y) - max(a, x)) for x, y in busy)  # kernels do not overlap each other

@@ -22,7 +22,7 @@ def timed_set(host, tmp_path_factory):
 
 def test_durations_reach_the_files_and_add_up_to_the_manifest(timed_set):
     manifest = json.loads((timed_set / "manifest.json").read_text())
-    assert manifest["compute_model"] == "calibrated" and manifest["hardware"]["name"] == "a100"
+    assert manifest["compute_model"] == "shaped" and manifest["hardware"]["name"] == "a100"
     per_class = {tuple(rc["ranks"]): rc["compute_time_us"] for rc in manifest["rank_classes"]}
     for rank, nodes in etread.read(timed_set).iter_ranks():
         total = sum(n.duration_micros for n in nodes if n.type == NodeType.COMP)
@@ -46,16 +46,18 @@ def test_the_simulator_replays_the_durations(timed_set, simulate):
         assert row["gpu_time_ns"] == rc["compute_time_us"] * 1000 + zero[row["rank"]]
 
 
-def test_the_a100_preset_gives_table_1s_compute_bound_row(host):
+@pytest.mark.parametrize("preset,within", [("a100-calibrated", 0.01), ("a100", 0.10)])
+def test_the_a100_presets_on_table_1s_compute_bound_row(host, preset, within):
     """Narayanan et al. 2021, Table 1: GPT 1.7B on 32 A100s (dp32, batch 512, full recompute)
     ran at 137 TFLOP/s per GPU, counting every matmul FLOP with recompute.  The row has no
-    tensor or pipeline parallelism, so its step is the compute of one GPU (the a100 preset's
-    gemm_efficiency is fitted to it; micro-batch 4 assumed)."""
+    tensor or pipeline parallelism, so its step is the compute of one GPU (micro-batch 4
+    assumed).  The a100-calibrated preset's gemm_efficiency was fitted to this row; the a100
+    preset's kernels are fitted to measured kernel times only, and the row judges them."""
     plan = Plan(dp=32, micro_batch_size=4, micro_batches=4, recompute="full")
-    result = plan_job(host, "megatron-1.7b", {"attention": "classic"}, plan, hardware.resolve(host, "a100"))
+    result = plan_job(host, "megatron-1.7b", {}, plan, hardware.resolve(host, preset))
     (rc,) = result.manifest["rank_classes"]
     c, p = result.manifest["model"], result.manifest["plan"]
     B, s, L, h, V = p["global_batch"], p["seq_len"], c["layers"], c["hidden"], 51200
     table1 = 96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h)) / 32  # per GPU, the paper's count
     assert rc["flops"]["matmul"] == pytest.approx(table1, rel=1e-9)
-    assert table1 / (rc["compute_time_us"] * 1e-6) / 1e12 == pytest.approx(137, rel=0.01)
+    assert table1 / (rc["compute_time_us"] * 1e-6) / 1e12 == pytest.approx(137, rel=within)

@@ -28,11 +28,11 @@ def simulated(host, tmp_path_factory):
     status = run_astrasim(root / "set", astra_sim=ASTRA_SIM, timeline_file=str(root / "t.json"), out=out,
                           err=io.StringIO(), as_json=True)
     assert status == 0
-    return result, json.loads(out.getvalue()), json.loads((root / "t.json").read_text())
+    return result, json.loads(out.getvalue()), json.loads((root / "t.json").read_text()), root / "set"
 
 
 def test_the_timeline_is_trace_event_json_with_a_track_per_class_and_stream(simulated):
-    result, _, doc = simulated
+    result, _, doc, _ = simulated
     # the trace-event format: {"traceEvents": [...]}, complete events "X" with name, cat,
     # pid, tid, ts and dur (microseconds); metadata events "M" naming processes and threads
     assert set(doc) >= {"traceEvents"}
@@ -59,8 +59,46 @@ def test_the_timeline_is_trace_event_json_with_a_track_per_class_and_stream(simu
         assert compute == pytest.approx(sum(timed) + 1e-3 * timed.count(0))
 
 
+def test_each_event_carries_what_the_trace_says_of_its_node(host, simulated):
+    """A slice's args hold its node's FLOPs and bytes (kernels), collective type, size, wire
+    bytes and group (collectives), bytes and peer (sends): the trace's own attributes, read
+    back with the core's reader; its name is its kind and micro-batch."""
+    from stage_core.flow import read_trace_set
+
+    result, _, doc, root = simulated
+    events = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    first = {pid: program.ranks[0] for pid, program in enumerate(result.job.programs, 1)}
+    trace_set = read_trace_set(host, root)
+    groups = {str(k): len(v) for k, v in trace_set.comm_groups.items()}
+    nodes = {rank: {n.id: n for n in ns} for rank, ns in trace_set.iter_ranks() if rank in first.values()}
+    kinds = set()
+    for e in events:
+        rank = first[e["pid"]]
+        node = nodes[rank][e["args"]["node"]]
+        args = e["args"]
+        assert args["rank"] == rank and args["name"] == node.name
+        if node.type == NodeType.COMP:
+            assert (args["flops"], args["bytes"]) == (node.attr("num_ops"), node.attr("tensor_size"))
+            assert args["duration_us"] == node.duration_micros or node.duration_micros == 0
+        elif node.type == NodeType.COMM_COLL:
+            kind = {0: "all_reduce", 2: "all_gather", 7: "reduce_scatter", 6: "all_to_all"}[node.attr("comm_type")]
+            n = groups[node.attr("pg_name")]
+            assert (args["comm_type"], args["bytes"], args["group"], args["group_ranks"]) == (
+                kind, node.attr("comm_size"), node.attr("pg_name"), n)
+            ring = {"all_reduce": 2 * (n - 1) / n, "all_gather": n - 1, "reduce_scatter": (n - 1) / n}[kind]
+            assert args["wire_bytes"] == int(ring * node.attr("comm_size")) and e["cat"] == kind.replace("_", "-")
+        else:
+            peer = node.attr("comm_dst" if node.type == NodeType.COMM_SEND else "comm_src")
+            assert (args["bytes"], args["peer"]) == (node.attr("comm_size"), peer)
+        mb = args.get("micro_batch")
+        assert e["name"] == e["cat"] + ("" if mb is None else f" {mb}")
+        kinds.add(e["cat"])
+    # a pipelined tp2 dp2 step: every kind of this plan is on the timeline
+    assert kinds == {"forward", "backward", "optimizer", "all-reduce", "send", "receive"}
+
+
 def test_each_class_step_is_compute_plus_exposed_communication_plus_bubble(simulated):
-    result, results, _ = simulated
+    result, results, _, _ = simulated
     by_rank = {r["rank"]: r for r in results["ranks"]}
     for row, rc in zip(results["rank_classes"], result.manifest["rank_classes"]):
         finish = by_rank[rc["ranks"][0]]["finish_time_ns"]
@@ -69,7 +107,7 @@ def test_each_class_step_is_compute_plus_exposed_communication_plus_bubble(simul
 
 
 def test_model_flops_are_megatrons(simulated):
-    result, results, _ = simulated
+    result, results, _, _ = simulated
     summary = results["summary"]
     c, p = result.manifest["model"], result.manifest["plan"]
     B, s, L, h, V = p["global_batch"], p["seq_len"], c["layers"], c["hidden"], 50304  # GPT-2 vocab padded to 128
@@ -90,9 +128,11 @@ def test_recompute_runs_in_backward_not_while_the_forward_waits(host, tmp_path):
     assert run_astrasim(tmp_path / "set", astra_sim=ASTRA_SIM, timeline_file=str(tmp_path / "t.json"),
                         out=io.StringIO(), err=io.StringIO()) == 0
     events = [e for e in json.loads((tmp_path / "t.json").read_text())["traceEvents"]
-              if e["ph"] == "X" and e["cat"] == "compute"]
+              if e["ph"] == "X" and e["tid"] == 1]  # (the compute track)
     for mb in range(plan.micro_batches):
-        backward = min(e["ts"] for e in events if e["name"].startswith(f"mb{mb}.bwd."))
-        recompute = [e["ts"] for e in events if e["name"].startswith(f"mb{mb}.recompute.")]
-        forward_end = max(e["ts"] + e["dur"] for e in events if e["name"].startswith(f"mb{mb}.fwd."))
+        mine = [e for e in events if e["args"].get("micro_batch") == mb]
+        backward = min(e["ts"] for e in mine if e["cat"] == "backward")
+        recompute = [e["ts"] for e in mine if e["cat"] == "recompute"]
+        forward_end = max(e["ts"] + e["dur"] for e in mine if e["cat"] == "forward")
         assert recompute and min(recompute) >= forward_end and max(recompute) >= backward
+        assert all(e["name"] == f"{e['cat']} {mb}" for e in mine)  # (named by kind and micro-batch)

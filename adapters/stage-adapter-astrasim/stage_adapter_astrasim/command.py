@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Mapping, TextIO
 
-from stage_core.api import PluginHost, UsageError, check_output_file, stage_mark, write_output
+from stage_core.api import (PluginHost, Progress, UsageError, add_quiet_flag, check_output_file, stage_mark,
+                            write_output)
 
-from . import backends, outcome, report, runner, simulate, steptime, timeline
+from . import backends, outcome, report, runner, serving, simulate, steptime, timeline
 from .configs import DEFAULT_PRESET
 
 HELP = "run a trace set through ASTRA-sim (analytical or htsim network) and report per-rank times"
@@ -55,6 +57,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true",
                    help="replace the --timeline or --plot file even if STAGE did not write it (never a device, "
                         "a link or a file of a trace set)")
+    add_quiet_flag(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
                         network=args.network, as_json=args.json,
                         host=getattr(args, "stage_host", None), validate=args.validate,
                         timeline_file=args.timeline, plot_file=args.plot, backend=args.backend,
-                        topology=args.topology, force=args.force)
+                        topology=args.topology, force=args.force, progress=Progress.for_args(args))
 
 
 def run_astrasim(trace_dir: str | Path, *, astra_sim: str | None = None,
@@ -74,7 +77,7 @@ def run_astrasim(trace_dir: str | Path, *, astra_sim: str | None = None,
                  host: PluginHost | None = None, validate: bool = True,
                  timeline_file: str | None = None, plot_file: str | None = None,
                  breakdown: bool = True, backend: str | None = None, topology: str | None = None,
-                 force: bool = False) -> int:
+                 force: bool = False, progress: Progress | None = None) -> int:
     """The command.  Returns 0 when every rank finished (or there is no binary: the
     command to run is printed), else 1 (a deadlock, a time limit, a failed simulator).
 
@@ -93,6 +96,9 @@ def run_astrasim(trace_dir: str | Path, *, astra_sim: str | None = None,
     size, binary, or a set the backend cannot run.  With ``validate`` (the default) the
     set is read and checked first, so a damaged one never reaches the simulator: a
     StageError (exit status 1) names the file, rank and byte, or the set's problems.
+    ``timeline_file`` or ``plot_file`` without a simulator to run is a UsageError (they
+    draw a run), before anything is written.  ``progress`` shows reading the set and the
+    run (default: nothing).
     """
     out = out or sys.stdout
     err = err or sys.stderr
@@ -103,24 +109,34 @@ def run_astrasim(trace_dir: str | Path, *, astra_sim: str | None = None,
     for flag, path in (("--timeline", timeline_file), ("--plot", plot_file)):
         if path:
             check_output_file(path, flag, **rule)
+    drawing = [f"{flag} {path}" for flag, path in (("--timeline", timeline_file), ("--plot", plot_file)) if path]
+    if drawing:  # (they draw a run: without a simulator there is nothing to draw)
+        chosen = backends.named(backend, astra_sim)
+        if runner.find_binary(chosen, astra_sim, os.environ if env is None else env) is None:
+            raise UsageError(f"{drawing[0]}: draws the simulated step, and there is no ASTRA-sim {chosen.name} "
+                             f"binary to run (--astra-sim BIN, ${chosen.env_var}, or {chosen.path_names[0]} on "
+                             "PATH); nothing was written")
     log = True if (timeline_file or plot_file) else (None if breakdown else False)
     prep = simulate.prepare(trace_dir, backend=backend, astra_sim=astra_sim, system=system, network=network,
-                            topology=topology, host=host or PluginHost(), env=env, validate=validate, log=log)
+                            topology=topology, host=host or PluginHost(), env=env, validate=validate, log=log,
+                            details=bool(drawing), progress=progress)
     if prep.binary is None:
         return _print_command(prep, as_json, out)
 
     print(f"running {prep.binary} ({prep.backend.name}) on {prep.traces.world_size} ranks "
           f"(system {prep.configs.system_source}, network {prep.configs.network_source}"
-          + (f", topology {prep.meta['topology']}" if "topology" in prep.meta else "") + ")", file=err)
+          + (f", topology {prep.meta['topology']}" if "topology" in prep.meta else "")
+          + f"); kernels: {prep.meta['kernel_times']}", file=err)
     for note in prep.notes:
         print(f"note: {note}", file=err)
     done = simulate.run(prep)
     drawn = done.drawn()
     if timeline_file:  # (otherData first: the mark that lets a rerun replace it)
-        events = {"otherData": stage_mark(), **timeline.trace_events(drawn)}
+        events = {"otherData": stage_mark(), **timeline.trace_events(drawn, done.details)}
         write_output(timeline_file, json.dumps(events) + "\n", "--timeline", **rule)
     if plot_file:
-        timeline.plot(drawn, Path(plot_file), title=_title(prep.traces.manifest, prep.traces.root.name), **rule)
+        timeline.plot(drawn, Path(plot_file), title=_title(prep.traces.manifest, prep.traces.root.name),
+                      details=done.details, **rule)
 
     if as_json:
         out.write(json.dumps(done.results, indent=2) + "\n")
@@ -129,6 +145,8 @@ def run_astrasim(trace_dir: str | Path, *, astra_sim: str | None = None,
         if done.rows:
             out.write(steptime.format_classes(done.rows, done.job) + "\n")
         out.write(report.format_summary(done.results) + "\n")
+        if "serving" in done.results:
+            out.write(serving.format_serving(done.results["serving"]) + "\n")
         out.write(f"results: {prep.work / simulate.RESULTS_FILE}\n")
         for path in (timeline_file, plot_file):
             if path:
@@ -164,7 +182,8 @@ def _print_command(prep: simulate.Prepared, as_json: bool, out: TextIO) -> int:
                    "argv": runner.argv(runner.PLACEHOLDER.format(name=backend.name), prep.paths)}
         out.write(json.dumps(payload, indent=2) + "\n")
         return 0
-    out.write(f"ASTRA-sim configs written to {prep.work}\n"
+    out.write(f"kernels: {prep.meta['kernel_times']}\n"
+              f"ASTRA-sim configs written to {prep.work}\n"
               f"No simulator given (--astra-sim BIN, ${backend.env_var}, or "
               f"{backend.path_names[0]} on PATH). Run"
               + (" in an empty folder (htsim writes ./log, ./logout.dat and ./idmap.txt)" if backend is backends.HTSIM

@@ -23,5 +23,6 @@ def stage_simulators():
     return [SimulatorSpec(name=b.simulator, simulate=partial(simulate.simulate_record, b),
                           available=partial(simulate.why_unavailable, b), formats=("chakra",),
                           description=b.description,
-                          time_limit_s=None if b.time_limit_ns is None else b.time_limit_ns / 1e9)
+                          time_limit_s=None if b.time_limit_ns is None else b.time_limit_ns / 1e9,
+                          binary_env=b.env_var)
             for b in BACKENDS.values()]

@@ -12,13 +12,14 @@ htsim's parser).
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from stage_core.api import UsageError
 
@@ -96,7 +97,14 @@ class RunOutcome:
     stderr_path: Path
 
 
-def run(binary: Path, paths: SimPaths, workdir: Path, scratch: bool = False) -> RunOutcome:
+#: a rank's end in the simulator's output (what a run's progress counts)
+_FINISHED = re.compile(rb"sys\[\d+\] finished")
+#: seconds between two looks at the simulator's output while it runs
+POLL = 0.5
+
+
+def run(binary: Path, paths: SimPaths, workdir: Path, scratch: bool = False,
+        progress: Callable[[int], None] | None = None) -> RunOutcome:
     """Run the simulator; stdout and stderr stream to ``workdir/stdout.txt`` and
     ``workdir/stderr.txt`` (through temp names, renamed when the run ends), so a large
     output never sits in memory.
@@ -104,15 +112,17 @@ def run(binary: Path, paths: SimPaths, workdir: Path, scratch: bool = False) -> 
     The analytical binaries run in ``workdir`` (their ``log/`` folder lands there).
     ``scratch``: run in a fresh folder inside ``workdir``, removed afterwards; htsim
     writes ``./log/``, ``./logout.dat`` (a binary log of some 13 MB) and ``./idmap.txt``
-    into its working folder.
+    into its working folder.  ``progress(n)`` is told of each rank's ``finished`` line as
+    the simulator prints it (the only progress it prints).
     """
     out_final, err_final = workdir / "stdout.txt", workdir / "stderr.txt"
     out_tmp, err_tmp = workdir / ".stdout.txt.tmp", workdir / ".stderr.txt.tmp"
     cwd = Path(tempfile.mkdtemp(prefix=".scratch-", dir=workdir)) if scratch else workdir
     try:
         with open(out_tmp, "wb") as out, open(err_tmp, "wb") as err:
-            proc = subprocess.run(argv(str(binary), paths), stdout=out, stderr=err,
-                                  stdin=subprocess.DEVNULL, cwd=cwd, check=False)
+            proc = subprocess.Popen(argv(str(binary), paths), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                    cwd=cwd)
+            _follow(proc, out_tmp, progress)
     except OSError as exc:
         for tmp in (out_tmp, err_tmp):
             tmp.unlink(missing_ok=True)
@@ -123,3 +133,36 @@ def run(binary: Path, paths: SimPaths, workdir: Path, scratch: bool = False) -> 
     os.replace(out_tmp, out_final)
     os.replace(err_tmp, err_final)
     return RunOutcome(proc.returncode, out_final, err_final)
+
+
+def _follow(proc: subprocess.Popen, output: Path, progress: Callable[[int], None] | None) -> None:
+    """Wait for ``proc``, telling ``progress`` of each ``finished`` line it writes to
+    ``output`` meanwhile; an interruption (Ctrl-C, SIGTERM) ends the simulator too."""
+    seen, tail = 0, b""
+    try:
+        while True:
+            try:
+                proc.wait(timeout=POLL)
+                ended = True
+            except subprocess.TimeoutExpired:
+                ended = False
+            if progress is not None:
+                try:
+                    with open(output, "rb") as handle:
+                        handle.seek(seen)
+                        chunk = handle.read()
+                except OSError:
+                    chunk = b""
+                seen += len(chunk)
+                text = tail + chunk
+                cut = text.rfind(b"\n") + 1  # (a line not yet whole waits for the next look)
+                count = len(_FINISHED.findall(text[:cut]))
+                tail = text[cut:]
+                if count:
+                    progress(count)
+            if ended:
+                return
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise

@@ -18,8 +18,8 @@ import dataclasses
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from stage_core.api import (COMM_KEYS, NodeType, PluginHost, StageError, TraceError, UsageError, hardware, netmodel,
-                            read_trace_set, validate_trace_set)
+from stage_core.api import (COMM_KEYS, NodeType, PluginHost, Progress, StageError, TraceError, UsageError, hardware,
+                            netmodel, read_trace_set, validate_trace_set)
 
 from .report import rank_ranges
 
@@ -50,6 +50,28 @@ class FirstKernels:
                 f"{size} bytes), takes under 1 ns on this roofline ({self.peak} TFLOPS, {self.mem} GB/s), and "
                 f"{hardware.TICK_ZERO}; generate the set with --gpu NAME (timed kernels last at least 1 ns) or a "
                 "larger batch")
+
+
+class NodeDetails:
+    """Keeps, for the ranks a timeline shows, what each node is (:func:`.timeline.node_details`:
+    FLOPs, bytes, collective type, group...), read in the same pass."""
+
+    problem = None
+
+    def __init__(self, ranks: Sequence[int]):
+        self.wanted = set(ranks)
+        self.of: dict[int, dict[int, dict]] = {}
+
+    @property
+    def done(self) -> bool:
+        return not self.wanted
+
+    def visit(self, rank: int, nodes, groups) -> None:
+        if rank in self.wanted:
+            from .timeline import node_details
+
+            self.wanted.discard(rank)
+            self.of[rank] = node_details(nodes, groups)
 
 
 class HtsimLimits:
@@ -106,9 +128,10 @@ class HtsimLimits:
                 f"{compute / 1e9:,.3f} s (one at a time); use --backend analytical")
 
 
-def scan(host: PluginHost, root: Path, *, validate: bool, checks: Sequence) -> None:
+def scan(host: PluginHost, root: Path, *, validate: bool, checks: Sequence, progress=None) -> None:
     """Read the set at ``root`` once: validate it (``validate``) and run ``checks`` on its
     ranks; raise the validator's problems first, then the first check's refusal.
+    ``progress`` (:class:`stage_core.api.Progress`) shows the ranks read.
 
     Without a backend that reads the set installed, there is nothing to read it with.
     """
@@ -120,21 +143,25 @@ def scan(host: PluginHost, root: Path, *, validate: bool, checks: Sequence) -> N
     trace_set = read_trace_set(host, root)
     groups = {str(k): v for k, v in trace_set.comm_groups.items()}
     inner = trace_set.iter_ranks
+    progress = progress or Progress("off")
+    ranks = trace_set.world_size if trace_set.ranks is None else len(trace_set.ranks)
 
-    def iter_ranks():
-        for rank, nodes in inner():
-            for check in checks:
-                check.visit(rank, nodes, groups)
-            yield rank, nodes
+    with progress.phase("validating" if validate else "reading the set", ranks, "ranks") as done:
+        def iter_ranks():
+            for rank, nodes in inner():
+                for check in checks:
+                    check.visit(rank, nodes, groups)
+                yield rank, nodes
+                done(1)
 
-    if validate:
-        problems = validate_trace_set(dataclasses.replace(trace_set, iter_ranks=iter_ranks))
-        if problems:
-            raise TraceError([str(p) for p in problems])
-    else:
-        for _ in iter_ranks():
-            if all(c.done for c in checks):
-                break
+        if validate:
+            problems = validate_trace_set(dataclasses.replace(trace_set, iter_ranks=iter_ranks))
+            if problems:
+                raise TraceError([str(p) for p in problems])
+        else:
+            for _ in iter_ranks():
+                if all(c.done for c in checks):
+                    break
     for check in checks:
         if check.problem is not None:
             raise check.problem

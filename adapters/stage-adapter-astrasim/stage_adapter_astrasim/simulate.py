@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from stage_core.api import PluginHost, UsageError, hardware, netmodel
+from stage_core.api import PluginHost, Progress, UsageError, hardware, netmodel
 from stage_core.records import HardwareSpec
 
-from . import backends, files, htsim, netyml, outcome, parser, report, runner, scan, steptime, timeline
+from . import backends, files, htsim, netyml, outcome, parser, report, runner, scan, serving, steptime, timeline
 from .backends import Backend
 from .configs import MEMORY_FILE, NETWORK_FILE, SYSTEM_FILE, Configs, build_configs
 from .traceset import TraceSet, open_trace_set
@@ -46,6 +46,28 @@ class Prepared:
     validated: bool
     #: what the backend's network is and what it cannot express (htsim)
     notes: tuple[str, ...] = ()
+    #: per rank a timeline shows, what its nodes are ({rank: {node id: FLOPs, bytes, group...}})
+    details: dict[int, dict[int, dict]] = field(default_factory=dict)
+    progress: Any = None  # (stage_core.api.Progress: the run's phases shown)
+
+
+def same_gpu(a, b) -> bool:
+    """Whether two GPU records time kernels alike (a network may differ; the kernels may not)."""
+    return (a.name, a.compute_model, dict(a.parameters), dict(a.matmul_tflops), a.hbm_gbps) == \
+        (b.name, b.compute_model, dict(b.parameters), dict(b.matmul_tflops), b.hbm_gbps)
+
+
+def kernel_timing(manifest: dict, system_json: dict, configs: Configs) -> dict[str, str]:
+    """What times the set's kernels, for results.json and the first line: its compute model on its
+    GPU, or (untimed) the simulator's roofline with the system's peak-perf and local-mem-bw."""
+    if manifest.get("compute_model") and isinstance(manifest.get("hardware"), dict):
+        return {"compute_model": manifest["compute_model"], "hardware": manifest["hardware"].get("name", ""),
+                "kernel_times": f"{hardware.kernel_times(manifest)} (the set's durations)"}
+    peak, bandwidth = system_json.get("peak-perf"), system_json.get("local-mem-bw")
+    return {"compute_model": "roofline (the simulator's)",
+            "hardware": configs.preset.name if configs.preset is not None else configs.system_source,
+            "kernel_times": f"untimed: the simulator's roofline times every kernel (peak-perf {peak} TFLOPS, "
+                            f"local-mem-bw {bandwidth} GB/s of {configs.system_source})"}
 
 
 @dataclass
@@ -71,6 +93,10 @@ class SimRun:
         finish = self.results["summary"]["max_finish_time_ns"]
         return None if finish is None else finish * 1e-9
 
+    @property
+    def details(self) -> dict[int, dict[int, dict]]:
+        return self.prepared.details
+
     def drawn(self) -> list[tuple[str, int, list[timeline.Span]]]:
         """(label, rank, spans) of each rank class the log shows, for the timeline."""
         classes = self.prepared.traces.manifest.get("rank_classes", [])
@@ -81,11 +107,14 @@ class SimRun:
 def prepare(trace_dir: str | Path, *, backend: str | None = None, astra_sim: str | None = None,
             system: str | None = None, network: str | None = None, topology: str | None = None,
             host: PluginHost | None = None, env: Mapping[str, str] | None = None, validate: bool = True,
-            log: bool | None = None) -> Prepared:
+            log: bool | None = None, details: bool = False, progress: Progress | None = None) -> Prepared:
     """Everything before the run; raises UsageError (or the set's problems) before writing.
 
     ``log``: ask for the per-node log (None: when it stays under :data:`LOG_AUTO_LIMIT`).
+    ``details``: keep what the nodes of each class's shown rank are (a timeline's args).
+    ``progress``: shows reading the set and the run (:class:`stage_core.api.Progress`).
     """
+    progress = progress or Progress("off")
     env = os.environ if env is None else env
     host = host or PluginHost()
     traces = open_trace_set(trace_dir)
@@ -94,6 +123,8 @@ def prepare(trace_dir: str | Path, *, backend: str | None = None, astra_sim: str
         raise UsageError(f"--topology is htsim's fat tree; the {chosen.name} backend takes --network")
     presets = {h.name: h for h in host.hardware()}
     timed_for = traces.manifest.get("hardware")
+    timed_hw = None
+    asked = system
     if isinstance(timed_for, dict):
         timed_hw = hardware.from_dict(timed_for, f"{traces.root / 'manifest.json'}: hardware")
         presets.setdefault(timed_hw.name, timed_hw)
@@ -101,6 +132,11 @@ def prepare(trace_dir: str | Path, *, backend: str | None = None, astra_sim: str
     binary = runner.find_binary(chosen, astra_sim, env)  # fail on a bad binary before writing
     log = binary is not None and (traces.log_estimate() <= LOG_AUTO_LIMIT if log is None else log)
     configs = build_configs(traces.world_size, system, network, presets=presets, timed=traces.timed, trace=log)
+    if timed_hw is not None and asked is not None and configs.preset is not None \
+            and not same_gpu(configs.preset.gpu, timed_hw.gpu):
+        raise UsageError(f"--system {asked}: the set was timed for {timed_hw.name} ({hardware.kernel_times(traces.manifest)}"
+                         f"), so the simulator would run {configs.preset.name}'s network with {timed_hw.name}'s kernel "
+                         f"times; generate the set with --gpu {asked} to time it there, or leave --system out")
     npus = netyml.read_flow_lists(configs.network_text).get("npus_count") or [traces.world_size]
     if chosen.one_dimension and len(npus) > 1:
         raise UsageError(f"the {chosen.name} backend takes a network of one dimension, and world size "
@@ -134,7 +170,11 @@ def prepare(trace_dir: str | Path, *, backend: str | None = None, astra_sim: str
                                      1.0)
             checks.append(scan.HtsimLimits(shape, htsim.MAX_MESSAGE_BYTES, chosen.time_limit_ns,
                                            roofline if not traces.timed else None))
-    scan.scan(host, traces.root, validate=validate, checks=checks)
+    shown = scan.NodeDetails(timeline.representatives(traces.manifest.get("rank_classes") or [])) \
+        if details and log else None
+    if shown is not None:
+        checks.append(shown)
+    scan.scan(host, traces.root, validate=validate, checks=checks, progress=progress)
 
     work = traces.root / OUT_DIR
     texts = {SYSTEM_FILE: configs.system_text, NETWORK_FILE: configs.network_text, MEMORY_FILE: configs.memory_text}
@@ -148,10 +188,11 @@ def prepare(trace_dir: str | Path, *, backend: str | None = None, astra_sim: str
                             logging=work / timeline.LOGGING_FILE if log else None,
                             topology=work / htsim.TOPOLOGY_FILE if topo_text is not None else None)
     meta = {"trace_dir": str(traces.root), "backend": chosen.name, "system": configs.system_source,
-            "network": configs.network_source}
+            "network": configs.network_source, **kernel_timing(traces.manifest, system_json, configs)}
     if topo_source:
         meta["topology"] = topo_source
-    return Prepared(traces, chosen, binary, configs, work, paths, meta, log, validate, tuple(notes))
+    return Prepared(traces, chosen, binary, configs, work, paths, meta, log, validate, tuple(notes),
+                    shown.of if shown is not None else {}, progress)
 
 
 def _tail(path: Path, limit: int = 4000) -> str:
@@ -166,7 +207,9 @@ def run(prep: Prepared) -> SimRun:
     if prep.binary is None:
         raise UsageError(f"no ASTRA-sim {prep.backend.name} binary: {why_unavailable(prep.backend, {})}")
     traces, work = prep.traces, prep.work
-    done = runner.run(prep.binary, prep.paths, work, scratch=prep.backend is backends.HTSIM)
+    progress = prep.progress or Progress("off")
+    with progress.phase(f"simulating ({prep.backend.name})", traces.world_size, "ranks finished") as finished:
+        done = runner.run(prep.binary, prep.paths, work, scratch=prep.backend is backends.HTSIM, progress=finished)
     markers = parser.Markers()
     with open(done.stdout_path, errors="replace") as handle:
         ranks = parser.parse_lines(handle, markers)
@@ -190,6 +233,9 @@ def run(prep: Prepared) -> SimRun:
     if rows:
         results["rank_classes"] = rows
         results["summary"].update(job)
+    served = serving.serving_results(traces.manifest, ranks)
+    if served is not None:
+        results["serving"] = served
     files.write_file(work / RESULTS_FILE, json.dumps(results, indent=2) + "\n")
     return SimRun(prep, done.returncode, ranks, verdict, results, rows, job, shown)
 

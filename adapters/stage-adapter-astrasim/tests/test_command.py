@@ -47,8 +47,8 @@ def test_without_a_binary_prints_the_command(make_trace_set):
     assert f"--network-configuration={work / 'network.yml'}" in out
     assert f"--remote-memory-configuration={work / 'memory.json'}" in out
     assert "<ASTRA-sim analytical binary>" in out
-    assert sorted(p.name for p in work.iterdir()) == ["memory.json", "network.yml",
-                                                      "system.json"]
+    assert sorted(p.name for p in work.iterdir()) == [".stage-folder.json", "memory.json", "network.yml",
+                                                      "system.json"]  # (the mark: -o replaces the set with it)
 
 
 def test_without_a_binary_json(make_trace_set):
@@ -320,3 +320,38 @@ def test_a_users_file_needs_force_and_a_timeline_of_stages_does_not(make_trace_s
     assert list(doc)[0] == "otherData" and doc["otherData"]["stage_version"]  # the mark, first
     assert _run(root, astra_sim=str(binary), timeline_file=str(mine), validate=False)[0] == 0  # STAGE's now
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary file
+
+
+def _timed_for(root, preset):
+    """Mark a set as timed on ``preset`` (what stage generate --gpu writes in the manifest)."""
+    from stage_core.api import hardware
+    from astrasim_test_presets import TEST_PRESETS
+
+    manifest = json.loads((root / "manifest.json").read_text())
+    manifest.update(hardware=hardware.to_dict(TEST_PRESETS[preset]), compute_model="roofline",
+                    rank_classes=[{"ranks": list(range(manifest["world_size"])), "compute_time_us": 1}])
+    (root / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_the_first_line_says_what_times_the_kernels(make_trace_set):
+    untimed = make_trace_set(8, "untimed")
+    status, out, _ = _run(untimed, system="a100")
+    first = out.splitlines()[0]
+    assert status == 0 and first == ("kernels: untimed: the simulator's roofline times every kernel (peak-perf "
+                                     "312.0 TFLOPS, local-mem-bw 2039.0 GB/s of preset a100)")
+    timed = make_trace_set(8, "timed")
+    _timed_for(timed, "a100")
+    status, out, _ = _run(timed, as_json=True)
+    payload = json.loads(out)
+    assert (payload["compute_model"], payload["hardware"]) == ("roofline", "a100")
+    assert payload["kernel_times"] == "roofline on a100 (the set's durations)"
+
+
+def test_a_set_timed_for_another_gpu_is_refused_not_mixed(make_trace_set):
+    root = make_trace_set(8)
+    _timed_for(root, "a100")
+    with pytest.raises(UsageError, match=r"^--system h100: the set was timed for a100 \(roofline on a100\), so the "
+                                         r"simulator would run h100's network with a100's kernel times; generate the "
+                                         r"set with --gpu h100 to time it there, or leave --system out$"):
+        _run(root, system="h100")
+    assert _run(root, system="a100")[0] == 0  # its own GPU: fine

@@ -89,8 +89,9 @@ def test_a_binary_named_htsim_runs_as_htsim_in_a_scratch_folder(make_trace_set, 
     work = root / "astrasim"
     assert argv[-3:] == ["--htsim_opts", "-topo", str(work / "topology.topo")]
     assert cwd != str(work) and cwd.startswith(str(work)) and not (work / cwd.rsplit("/", 1)[1]).exists()
-    assert sorted(p.name for p in work.iterdir()) == ["logging.toml", "memory.json", "network.yml", "results.json",
-                                                     "stderr.txt", "stdout.txt", "system.json", "topology.topo"]
+    assert sorted(p.name for p in work.iterdir()) == [".stage-folder.json", "logging.toml", "memory.json", "network.yml",
+                                                     "results.json", "stderr.txt", "stdout.txt", "system.json",
+                                                     "topology.topo"]
     assert "note: htsim cannot express a GPU's two ports" in err
 
 

@@ -73,8 +73,55 @@ def test_trace_events_have_a_track_per_class_and_stream():
     names = check_trace_event_json(doc)
     assert sorted(set(names.values())) == ["communication", "compute", "receives"]
     assert {pid for pid, _ in names} == {1, 2}
-    compute = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "compute" and e["pid"] == 1]
+    compute = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["tid"] == 1 and e["pid"] == 1]
     assert [(e["ts"], e["dur"]) for e in compute] == [(0, 3), (3, 1), (9, 1)]  # microseconds
+
+
+def test_each_slice_is_named_by_its_kind_and_micro_batch():
+    spans = timeline.read_log(LOG.splitlines(), {0})[0]
+    doc = timeline.trace_events([("class 0", 0, spans)])
+    slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    # (Perfetto colours a slice by its name without digits: one colour per kind)
+    assert [(e["name"], e["cat"]) for e in slices] == [
+        ("forward 0", "forward"), ("all-reduce 0", "all-reduce"), ("forward 0", "forward"),
+        ("receive 0", "receive"), ("compute", "compute")]
+    assert slices[1]["args"] == {"rank": 0, "node": 1, "name": "mb0.fwd.x:all_reduce.tp", "micro_batch": 0}
+    assert len({e["cname"] for e in slices}) == 4  # (chrome://tracing's colours, one per kind)
+
+
+@pytest.mark.parametrize("name,kind,mb", [
+    ("mb3.fwd.layers.0.attn.qkv", "forward", 3),
+    ("mb12.chunk1.bwd.layers.7.mlp.fc1.bwd", "backward", 12),
+    ("mb0.chunk0.w.bwd.layers.0.mlp.fc2.bwd.wgrad", "weight gradient", 0),  # a zero-bubble W
+    ("mb5.chunk0.recompute.layers.0.attn.proj", "recompute", 5),
+    ("optimizer.bucket0:adam", "optimizer", None),
+    ("step2.mb1.fwd.layers.0.attn.qkv", "forward", 1),  # a decode step's
+])
+def test_what_a_compute_node_is_from_its_name(name, kind, mb):
+    span = Span(0, name, timeline.COMPUTE, 0, 1)
+    assert timeline.span_kind(span) == kind and timeline.micro_batch(name) == mb
+
+
+def test_a_collectives_kind_and_args_come_from_the_trace():
+    from stage_core.api import CollectiveType, NodeType, TraceNode
+
+    def node(i, kind, **attrs):
+        return TraceNode(id=i, name=f"n{i}", type=kind, attrs={k: ("int64_val", v) if isinstance(v, int) else
+                                                             ("string_val", v) for k, v in attrs.items()})
+
+    nodes = [node(0, NodeType.COMP, num_ops=2 * 64 * 64 * 64, tensor_size=3 * 64 * 64 * 2),
+             node(1, NodeType.COMM_COLL, comm_type=int(CollectiveType.ALL_GATHER), comm_size=1000, pg_name="3"),
+             node(2, NodeType.COMM_SEND, comm_size=512, comm_dst=9, comm_tag=7)]
+    details = timeline.node_details(nodes, {"3": [0, 1, 2, 3]})
+    assert details[0] == {"flops": 524_288, "bytes": 24_576}
+    # an all-gather of a 1,000-byte shard on 4 ranks: 3,000 bytes on the rank's link
+    assert details[1] == {"comm_type": "all_gather", "bytes": 1000, "group": "3", "group_ranks": 4,
+                          "wire_bytes": 3000}
+    assert details[2] == {"bytes": 512, "peer": 9, "tag": 7}
+    span = Span(1, "grad_sync.bucket0:all_reduce.dp", timeline.COLL, 0, 5)  # (its name says all-reduce)
+    doc = timeline.trace_events([("class 0", 0, [span])], {0: details})
+    (event,) = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert event["name"] == "all-gather" and event["args"]["group_ranks"] == 4  # the trace's type wins
 
 
 def test_the_logging_configuration_names_the_file(tmp_path):
@@ -89,3 +136,10 @@ def test_plot_draws_a_png(tmp_path):
     out = tmp_path / "t.png"
     timeline.plot([("class 0", 0, spans)], out)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_log_cut_short_reads_what_is_whole():
+    lines = LOG.splitlines()
+    cut = lines[:6] + [lines[6][:70]]  # (a full disk: the last line stops half-way)
+    spans = timeline.read_log(cut, {0})[0]
+    assert [s.node for s in spans] == [0]  # node 2's callback line is cut: it never ended

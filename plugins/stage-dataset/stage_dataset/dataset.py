@@ -122,7 +122,7 @@ def build(grid_path: Path, output: Path, *, granularity: str = "segment", max_no
         host.estimator(estimator)
     elif node_times:
         raise UsageError("--node-times: a simulator's run gives no node times; use measure = \"estimate\"")
-    runner = host.executor(executor)
+    runner = host.executor(executor, {"workers": workers, "address": address})
     store = UnitCache(cache)
     options = {"granularity": granularity, "max_nodes": max_nodes, "node_times": node_times,
                "estimator": estimator if sweep.measure == "estimate" else None}

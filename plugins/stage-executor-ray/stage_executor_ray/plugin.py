@@ -50,4 +50,5 @@ def run(fn: Callable[[Any], Any], items: Sequence[Any], options: Mapping[str, An
 
 @hookimpl
 def stage_executors():
-    return [ExecutorSpec("ray", run, "each unit a Ray task (--address ADDR or $RAY_ADDRESS; else a local instance)")]
+    return [ExecutorSpec("ray", run, "each unit a Ray task (--address ADDR or $RAY_ADDRESS; else a local instance)",
+                         options=("address",))]

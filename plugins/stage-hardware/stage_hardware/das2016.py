@@ -10,9 +10,11 @@ A "GPU" here is one CPU node (one rank per node, as the paper runs one MPI rank 
   6.8 GB/s a direction; 10 GbE 1.25 GB/s.
 
 The compute model is ``cpu`` (:mod:`.compute`): a roofline whose compute roof is the peak
-times ``matmul_efficiency`` for convolutions and matrix products (the only parameter the
-paper's single-node throughputs are to calibrate; assumed until then, see ``PARAMETER_SOURCES``) and
-``vector_efficiency`` for the rest.
+times ``matmul_efficiency`` for convolutions and matrix products and ``vector_efficiency``
+for the rest.  ``matmul_efficiency`` is the parameter the paper's single-node throughputs
+(images/s of VGG-A and OverFeat-FAST on one node) would calibrate; those figures were not
+found (:data:`SEARCHED`), so it is assumed, and ``benchmarks/bench_das2016.py`` prints the
+single-node throughput and the fraction of peak it gives.
 """
 
 from __future__ import annotations
@@ -30,15 +32,29 @@ _HASWELL = ("Intel 64 and IA-32 Architectures Optimization Reference Manual, Has
 #: the compute model's parameters (see the module docstring) and where each comes from
 PARAMETERS = {"matmul_efficiency": 0.70, "vector_efficiency": 0.10, "memory_efficiency": 0.80, "launch_us": 20.0}
 PARAMETER_SOURCES = {
-    "matmul_efficiency": "assumed 0.70 of peak for convolutions and matrix products on MKL; meant to be calibrated "
-                         "on Das et al. 2016's single-node throughputs for VGG-A and OverFeat-FAST (its table was "
-                         "not readable where this preset was written; benchmarks/bench_das2016.py prints the "
-                         "single-node images/s this value gives); never fitted to the paper's scaling factors",
+    "matmul_efficiency": "assumed 0.70 of peak for convolutions and matrix products on MKL: Das et al. 2016's "
+                         "single-node throughputs for VGG-A and OverFeat-FAST, which would calibrate it, were not "
+                         "found (SEARCHED); with it one node trains VGG-A at 32.8 images/s and OverFeat-FAST at "
+                         "94.3 (minibatch 256), 64-68% of peak over the whole step (benchmarks/bench_das2016.py); "
+                         "never fitted to the paper's scaling factors",
     "vector_efficiency": "assumed: elementwise and pooling kernels are memory bound on this node; their compute "
                          "roof matters little",
     "memory_efficiency": "assumed: STREAM-like kernels reach about 80% of the DDR4 channels' rate",
     "launch_us": "assumed: an OpenMP parallel region's fork and join across 28 cores, about 20 us",
 }
+
+#: where Das et al. 2016's single-node figures were looked for (issue 23, twice), and what was found
+SEARCHED = (
+    "the paper (arXiv 1602.06709): its abstract only (arxiv listings, paperswithcode, researchtrend.ai, scholarfeed, "
+    "a generated summary on paperium.net); no HTML or text of its body in the page, docs, code or issue corpora "
+    "(queries: its title, its authors, 'OverFeat-FAST', 'VGG-A', '7-layer DNN', 'E5-2697 v3', 'images/s')",
+    "Intel's posts of the same work: 'Caffe Training on Multi-node Distributed-memory Systems Based on Intel Xeon "
+    "Processor E5 Family' and 'Myth Busted: General Purpose CPUs Can't Tackle Deep Neural Network Training, Part 2' "
+    "(AlexNet on 64 Haswell nodes, the balance equations; no VGG-A or OverFeat-FAST single-node figure)",
+    "Sridharan et al. 2018 (arXiv 1801.08030, MLSL): abstract only; its runs are on Skylake and Knights Landing",
+    "soumith/convnet-benchmarks (README, the Intel multi-node preview folder, issue 59 'Intel are CPU magicians'): "
+    "AlexNet logs on other Xeons, no VGG-A or OverFeat-FAST training throughput on an E5-2697 v3",
+)
 
 XEON = GpuSpec(
     name="xeon-e5-2697v3-2s",

@@ -31,6 +31,8 @@ from typing import Any, Iterable
 
 from stage_core.api import Kernel, UsageError, kernel, read_input
 
+from . import tables
+
 DTYPE_BYTES = {"c10::BFloat16": 2, "c10::Half": 2, "float": 4, "double": 8, "long int": 8, "int": 4,
                "bool": 1, "unsigned char": 1, "signed char": 1, "short int": 2, "c10::Float8_e4m3fn": 1,
                "c10::Float8_e5m2": 1}
@@ -124,14 +126,8 @@ def _operator_kernel(name: str, args: dict) -> Kernel | None:
             backward = name in FLASH_BACKWARD
             q, k = (_dims(args, 1), _dims(args, 2)) if backward else (_dims(args, 0), _dims(args, 1))
             b, s_q, heads, d = q
-            s_k = k[1]
-            # two matmuls over the score space forward, five backward (STAGE's flash kernels)
-            flops = (10 if backward else 4) * b * heads * s_q * s_k * d
-            nbytes = sum(prod(_dims(args, i)) * DTYPE_BYTES.get(t, 2)
-                         for i, t in enumerate(types) if i < len(dims) and dims[i])
-            fn = "flash_attention_bwd" if backward else "flash_attention"
-            return kernel("fused", fn, "backward" if backward else "forward", "", {}, dtype,
-                          flops=flops, matmul_flops=flops, nbytes=nbytes)
+            # the profile does not say whether the mask was causal: counted as a full one
+            return tables.flash_kernel(backward, b, heads, k[2], d, s_q, k[1], False, dtype)
     except (ValueError, IndexError, TypeError):
         return None
     if not all(isinstance(d, list) and all(map(_size, d)) for d in dims):
@@ -140,15 +136,12 @@ def _operator_kernel(name: str, args: dict) -> Kernel | None:
     if not sizes:
         return None
     nbytes = sum(sizes) + max(sizes)  # the inputs, and an output as large as the largest
-    return kernel("memory", name, "", "", {}, dtype, flops=0, matmul_flops=0, nbytes=nbytes)
+    return kernel("norm" if "norm" in name else "memory", name, "", "", {}, dtype, flops=0, matmul_flops=0,
+                  nbytes=nbytes)
 
 
 def _gemm(b: int, m: int, n: int, k: int, dtype: str, item: int) -> Kernel:
-    spec, sizes = ("mk,kn->mn", {"m": m, "k": k, "n": n}) if b == 1 else (
-        "bmk,bkn->bmn", {"b": b, "m": m, "k": k, "n": n})
-    flops = 2 * b * m * n * k
-    return kernel("einsum", "", "", spec, sizes, dtype, flops=flops, matmul_flops=flops,
-                  nbytes=b * (m * k + k * n + m * n) * item)
+    return tables.gemm_kernel(b, m, n, k, dtype, item)
 
 
 def _is_communication(name: str) -> bool:

@@ -16,9 +16,38 @@ assumed for the other links, which have no validated configuration.
 Latency per hop: the validated NVLink figure (936.25 ns); across nodes it is scaled by
 NCCL's own hardware-latency model, ring / Simple protocol, NET 9.6 us vs NVLINK
 3.4 us (NVIDIA/nccl ``src/graph/tuning.cc``, ``hwLat``): 936.25 x 9.6 / 3.4 = 2643.5 ns.
+Those are the links of the ``*-calibrated`` presets.
 
-GEMM efficiency
----------------
+The ``a100`` and ``h100`` presets take each link's efficiency and latency from measured
+NCCL times instead (:data:`MEASURED_LINKS`): the values with which ASTRA-sim's analytical
+network (ring collectives, 4 chunks, as the adapter configures it) comes nearest, in mean
+relative error (``stage calibrate data/<gpu>-collectives.csv``), to microsoft/vidur's NCCL kernel
+times on DGX A100 and DGX H100 nodes
+(``data/<gpu>-collectives.csv``, 64 KiB to 64 MiB): inside a node, all-reduce over 2, 4 and
+8 GPUs and send/recv between 2; across nodes, the H100's send/recv between two nodes (one
+400 Gb/s port per GPU).  vidur's A100 nodes reach 7.8 GB/s between two GPUs of two nodes
+and 17 GB/s of bus bandwidth in a 16-GPU all-reduce, the figures of one 200 Gb/s port shared
+by a node, not of a DGX A100's port per GPU; so the a100's InfiniBand keeps its datasheet
+25 GB/s per GPU at the efficiency and latency measured on the H100's NDR ports
+(``benchmarks/bench_collectives.py`` prints every curve against the model).
+
+Kernel times (the ``shaped`` compute model)
+-------------------------------------------
+The presets time kernels with the ``shaped`` model (:mod:`.shaped`).  Its GEMM, memory
+and per-kernel parameters are fitted by ``stage calibrate`` to CUDA kernel times measured
+by microsoft/vidur (``data/a100-kernels.csv``, ``data/h100-kernels.csv``: the QKV, output,
+up and down projections of eight Llama-shaped models at 1 to 32,768 tokens and tensor
+parallel 1 to 8, the norms, the gated activation, RoPE and the residual add), never to a
+step time (:data:`SHAPED_FIT`; ``tests/test_presets.py`` fits the tables again and gets
+these numbers).  FlashAttention's efficiencies come from the FlashAttention-2 and -3
+papers (vidur's one attention table times a kernel that does not skip a causal mask's
+masked half, ``data/README.md``).
+
+The presets as they were before (the ``calibrated`` model, one GEMM efficiency fitted to
+a step time) stay available as ``a100-calibrated`` and ``h100-calibrated``.
+
+GEMM efficiency of the ``calibrated`` presets
+--------------------------------------------
 ``gemm_efficiency`` and ``gemm_k_half`` first solve the calibrated model
 (:mod:`.compute`) at two published "maximum achievable matmul FLOPS" measurements
 (stas00/ml-engineering, ``compute/accelerator/README.md``, BF16 torch.mm, best shape
@@ -37,7 +66,29 @@ no published H100 run simulates here (Llama 3's Table 4 needs 8,192 ranks).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from stage_core.records import GpuSpec, HardwareSpec, LinkSpec
+
+#: the shaped model's parameters fitted to the measured kernel tables (``stage calibrate data/<gpu>-kernels.csv``)
+SHAPED_FIT = {
+    "a100": {"launch_us": 2.502, "gemm_efficiency": 0.8542, "gemm_k_half": 128.0, "gemm_tile_cost": 0.125,
+             "hbm_efficiency": 0.755, "norm_efficiency": 0.3828},
+    "h100": {"launch_us": 1.822, "gemm_efficiency": 0.9173, "gemm_k_half": 192.0, "gemm_tile_cost": 0.25,
+             "hbm_efficiency": 0.8268, "norm_efficiency": 0.4043},
+}
+_VIDUR = {"a100": "microsoft/vidur data/profiling/compute/a100/*/mlp.csv @ 7d47513 (8 Llama-shaped models, "
+                  "3,864 GEMMs, 2,868 elementwise and 1,902 norm kernels; data/a100-kernels.csv)",
+          "h100": "microsoft/vidur data/profiling/compute/h100/*/mlp.csv @ 7d47513 (6 Llama-shaped models, "
+                  "2,520 GEMMs, 1,860 elementwise and 1,230 norm kernels; data/h100-kernels.csv)"}
+
+
+def _shaped_sources(gpu: str) -> dict[str, str]:
+    fit = f"fit by stage calibrate to measured kernel times: {_VIDUR[gpu]}"
+    return {"launch_us": fit, "gemm_efficiency": fit, "gemm_k_half": fit + " (grid 0-192)",
+            "gemm_tile_cost": fit + " (grid 0-2)", "hbm_efficiency": fit + ": the elementwise kernels",
+            "norm_efficiency": fit + ": the RMSNorm kernels"}
+
 
 #: (gemm_efficiency, gemm_k_half) solved at the published maximum achievable matmul rates
 MAMF_GEMM = {"a100": (0.895, 86.7), "h100": (0.831, 45.4)}
@@ -54,6 +105,24 @@ LINK_SOURCES = {
                   "(NCCL src/graph/tuning.cc hwLat, ring/Simple, NET vs NVLINK) = 2643.5 ns",
 }
 
+#: (efficiency, latency ns) per link fitted to the measured NCCL tables (see above)
+MEASURED_LINKS = {"a100": {"scale_up": (0.62, 436.0), "scale_out": (0.73, 9852.0)},
+                  "h100": {"scale_up": (0.74, 279.0), "scale_out": (0.73, 9852.0)}}
+_NCCL = "fit of ASTRA-sim's analytical ring to microsoft/vidur's NCCL times @ 7d47513 (data/{}-collectives.csv): {}"
+MEASURED_SOURCES = {
+    "a100": {"scale_up": "NVIDIA A100 datasheet: NVLink 600 GB/s total = 300 per direction; efficiency 0.62 and "
+                         "latency 436 ns per link: " + _NCCL.format("a100", "all-reduce on 2, 4, 8 GPUs and "
+                                                                             "send/recv between 2, in one node"),
+             "scale_out": "DGX A100: 8 ConnectX-6 HDR 200 Gb/s compute ports, one per GPU = 25 GB/s; efficiency "
+                          "0.73 and latency 9,852 ns per link measured on the H100's NDR ports (vidur's A100 "
+                          "nodes share one port: presets.py)"},
+    "h100": {"scale_up": "NVIDIA H100 datasheet: NVLink 900 GB/s total = 450 per direction; efficiency 0.74 and "
+                         "latency 279 ns per link: " + _NCCL.format("h100", "all-reduce on 2, 4, 8 GPUs and "
+                                                                             "send/recv between 2, in one node"),
+             "scale_out": "DGX H100: 8 ConnectX-7 NDR 400 Gb/s ports, one per GPU = 50 GB/s; efficiency 0.73 and "
+                          "latency 9,852 ns per link: " + _NCCL.format("h100", "send/recv between two nodes")},
+}
+
 _FLASH_A100 = ("FlashAttention-2 (Dao 2023, arXiv 2307.08691) on A100: forward up to 73% of the "
                "theoretical peak, 50-73% over the benchmarked shapes")
 _LAUNCH = ("assumed: a few microseconds between back-to-back kernels launched from eager PyTorch; "
@@ -61,7 +130,7 @@ _LAUNCH = ("assumed: a few microseconds between back-to-back kernels launched fr
 _HBM = ("assumed: streaming copies reach about 90% of the HBM datasheet rate; `stage calibrate` fits it "
         "from a profile")
 
-A100_GPU = GpuSpec(
+A100_CALIBRATED = GpuSpec(
     name="a100",
     description="NVIDIA A100 SXM4 80GB",
     matmul_tflops={"bf16": 312.0, "fp16": 312.0, "fp32": 156.0},
@@ -96,7 +165,7 @@ A100_GPU = GpuSpec(
     },
 )
 
-H100_GPU = GpuSpec(
+H100_CALIBRATED = GpuSpec(
     name="h100",
     description="NVIDIA H100 SXM5 80GB",
     matmul_tflops={"bf16": 989.4, "fp16": 989.4, "fp8": 1978.9, "fp32": 494.7},
@@ -131,7 +200,26 @@ H100_GPU = GpuSpec(
     },
 )
 
-PRESETS = (
+_FLASH_SOURCES = {
+    "a100": {"flash_fwd_efficiency": _FLASH_A100 + "; the shaped model skips a causal mask's masked half",
+             "flash_bwd_efficiency": _FLASH_A100 + "; the backward pass is slower than the forward"},
+    "h100": {"flash_fwd_efficiency": H100_CALIBRATED.sources["flash_fwd_efficiency"],
+             "flash_bwd_efficiency": H100_CALIBRATED.sources["flash_bwd_efficiency"]},
+}
+
+
+def _shaped(gpu: GpuSpec) -> GpuSpec:
+    """``gpu`` timed by the shaped model: its fitted parameters, the papers' FlashAttention figures."""
+    flash = {k: gpu.parameters[k] for k in ("flash_fwd_efficiency", "flash_bwd_efficiency")}
+    sources = {k: v for k, v in gpu.sources.items() if k not in gpu.parameters}
+    return replace(gpu, compute_model="shaped", parameters={**SHAPED_FIT[gpu.name], **flash},
+                   sources={**sources, **_shaped_sources(gpu.name), **_FLASH_SOURCES[gpu.name]})
+
+
+A100_GPU = _shaped(A100_CALIBRATED)
+H100_GPU = _shaped(H100_CALIBRATED)
+
+_DATASHEET_PRESETS = (
     HardwareSpec(
         name="a100",
         description="nodes of 8 A100 SXM4 80GB on NVLink 3 / NVSwitch, joined by InfiniBand HDR "
@@ -158,3 +246,29 @@ PRESETS = (
                  **LINK_SOURCES},
     ),
 )
+
+
+def _calibrated(hw: HardwareSpec, gpu: GpuSpec) -> HardwareSpec:
+    return replace(hw, name=f"{hw.name}-calibrated", gpu=gpu,
+                   description=f"{hw.description}; kernels timed by the calibrated model (one GEMM efficiency) and "
+                               f"links from datasheets, as the {hw.name} preset was before it was fitted to measured "
+                               f"kernels and collectives")
+
+
+#: the presets as they were, under their own names (the constant-efficiency ``calibrated`` model)
+CALIBRATED_PRESETS = (_calibrated(_DATASHEET_PRESETS[0], A100_CALIBRATED),
+                      _calibrated(_DATASHEET_PRESETS[1], H100_CALIBRATED))
+
+
+def _measured(hw: HardwareSpec) -> HardwareSpec:
+    """``hw`` with each link's efficiency and latency from the measured NCCL tables."""
+    links = {tier: replace(getattr(hw, tier), efficiency=eff, latency_ns=lat)
+             for tier, (eff, lat) in MEASURED_LINKS[hw.name].items()}
+    sources = {k: v for k, v in hw.sources.items() if k not in LINK_SOURCES}
+    return replace(hw, **links, sources={**sources, **MEASURED_SOURCES[hw.name],
+                                         "efficiency": "per link, fitted to measured NCCL times (presets.py)",
+                                         "latency_ns": "per link, fitted to measured NCCL times (presets.py)"})
+
+
+#: a100 and h100: kernels by the shaped model, links as measured
+PRESETS = tuple(_measured(hw) for hw in _DATASHEET_PRESETS)

@@ -13,9 +13,9 @@ from stage_core.api import hardware, main
 from stage_core.testing import fresh_host
 from stage_hardware import kineto, plugin
 from stage_hardware.compute import calibrated_time
-from stage_hardware.presets import PRESETS
+from stage_hardware.presets import CALIBRATED_PRESETS
 
-A100 = next(p for p in PRESETS if p.name == "a100")
+A100 = next(p for p in CALIBRATED_PRESETS if p.name == "a100-calibrated")  # the calibrated model's fit
 # the GPU that "ran" the profile: the A100 datasheet with parameters unlike the preset's
 TRUE = {"gemm_efficiency": 0.72, "gemm_k_half": 140.0, "flash_fwd_efficiency": 0.58,
         "flash_bwd_efficiency": 0.41, "hbm_efficiency": 0.83, "launch_us": 4.5}
@@ -97,7 +97,7 @@ def host():
 def test_calibrate_recovers_known_parameters_within_two_percent(host, tmp_path, capsys):
     synthetic_profile(tmp_path / "step.json")
     out = tmp_path / "mine.json"
-    assert main(["calibrate", str(tmp_path / "step.json"), "--gpu", "a100", "-o", str(out)], host=host) == 0
+    assert main(["calibrate", str(tmp_path / "step.json"), "--gpu", "a100-calibrated", "-o", str(out)], host=host) == 0
     got = hardware.load(out)
     for name, value in TRUE.items():
         assert got.gpu.parameters[name] == pytest.approx(value, rel=0.02), name
@@ -117,7 +117,7 @@ def test_kernels_found_through_the_runtime_correlation(tmp_path):
 def test_the_written_file_times_kernels_as_the_profile_did(host, tmp_path):
     synthetic_profile(tmp_path / "step.json")
     out = tmp_path / "mine.json"
-    main(["calibrate", str(tmp_path / "step.json"), "--gpu", "a100", "-o", str(out)], host=host)
+    main(["calibrate", str(tmp_path / "step.json"), "--gpu", "a100-calibrated", "-o", str(out)], host=host)
     gpu = hardware.load(out).gpu
     for k, seconds in kineto.read(tmp_path / "step.json").samples:
         assert calibrated_time(k, gpu) == pytest.approx(seconds, rel=0.02)
@@ -125,7 +125,7 @@ def test_the_written_file_times_kernels_as_the_profile_did(host, tmp_path):
 
 def test_a_file_that_is_not_a_profile_is_one_line(host, tmp_path, capsys):
     (tmp_path / "bad.json").write_text("[1, 2")
-    assert main(["calibrate", str(tmp_path / "bad.json"), "--gpu", "a100", "-o", str(tmp_path / "o.json")],
+    assert main(["calibrate", str(tmp_path / "bad.json"), "--gpu", "a100-calibrated", "-o", str(tmp_path / "o.json")],
                 host=host) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not a PyTorch profiler trace" in err
@@ -136,7 +136,7 @@ def test_a_file_that_is_not_a_profile_is_one_line(host, tmp_path, capsys):
 
 
 def calibrate(host, capsys, profile, out, *more):
-    status = main(["calibrate", str(profile), "--gpu", "a100", "-o", str(out), *more], host=host)
+    status = main(["calibrate", str(profile), "--gpu", "a100-calibrated", "-o", str(out), *more], host=host)
     return status, capsys.readouterr().err
 
 

@@ -5,7 +5,9 @@
 * ``gpt3-175b``: Brown et al. 2020, Table 2.1, vocabulary padded to 51200 as Megatron-LM
   pads it (multiple of 128 × tensor-parallel 8 = 1024).
 * ``megatron-*``: the weak-scaling models of Narayanan et al. 2021 (arXiv 2104.04473),
-  Table 1: vocabulary 51,200, sequence length 2048.
+  Table 1: vocabulary 51,200, sequence length 2048, and the attention those runs used:
+  classic (scores, fused softmax, dropout and context as separate kernels; Megatron-LM had
+  no FlashAttention in 2021), so a step is timed with the kernels that ran.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def _presets() -> dict[str, GPTConfig]:
                                  vocab_pad_to=1024, max_positions=2048, seq_len=2048)
     for name, (heads, hidden, layers, _billions) in MEGATRON_TABLE1.items():
         out[name] = GPTConfig(name=name, layers=layers, hidden=hidden, heads=heads, vocab_size=GPT2_VOCAB,
-                              vocab_pad_to=1024, max_positions=2048, seq_len=2048)
+                              vocab_pad_to=1024, max_positions=2048, seq_len=2048, attention="classic")
     return out
 
 

@@ -5,19 +5,23 @@ A stack is a layer pattern string, one character per layer (Nemotron-H's
 MLP layer, ``E`` a mixture-of-experts layer.  A pure Mamba-2 model is all ``M``.  Every
 layer is pre-RMSNorm with a residual add.  Jamba-style stacks, where a layer holds a
 mixer and an FFN, are the same pattern with two characters per layer (``M-``, ``ME``,
-``*E``...).  ``family`` names the Hugging Face ``model_type`` the config mirrors.
+``*E``...).  ``H`` is a Zamba2 hybrid layer: one of the model's shared transformer
+blocks (its weights stored once, reused at every ``H``), a per-layer linear, then a
+Mamba layer.  ``family`` names the Hugging Face ``model_type`` the config mirrors.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stage_core.api import (ATTENTION_KINDS, DTYPES, ModelConfig, UsageError, check_at_most, check_bool, check_choice,
+from stage_core.api import (ATTENTION_KINDS, DTYPES, GLU_KINDS, ModelConfig, UsageError, check_at_most, check_bool, check_choice,
                             check_divides, check_int, check_str, padded)
 
-FAMILIES = ("mamba2", "nemotron_h", "mamba", "jamba")
+FAMILIES = ("mamba2", "nemotron_h", "mamba", "jamba", "zamba2")
 SSM_VERSIONS = (1, 2)
-LAYER_KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+LAYER_KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe", "H": "hybrid"}
+#: the layers that hold a Mamba mixer (and its recurrent state)
+MIXER_KINDS = ("mamba", "hybrid")
 MLP_ACTS = ("relu2", "swiglu")
 ROUTER_SCORES = ("softmax", "sigmoid")
 
@@ -42,6 +46,15 @@ class HybridConfig(ModelConfig):
     adds Jamba's RMSNorms (with weights) of Δ, B and C; ``ssm_proj_bias`` biases in_proj
     and out_proj; ``conv_bias`` the conv.  ``blocks_per_layer`` pattern characters make one
     model layer (Jamba: 2, a mixer and an FFN, each with its norm and residual add).
+
+    Zamba2 (``H`` layers): ``shared_blocks`` transformer blocks used in turn (ABAB) by the
+    ``H`` layers, each block's weights held once.  A block reads the residual stream
+    joined with the model's embeddings (width 2·hidden): RMSNorm, attention of ``heads``
+    (``kv_heads``) heads of ``head_dim`` (2·hidden/heads), RoPE when ``rope``; RMSNorm, a
+    gated MLP (``shared_act``, geglu or swiglu) of ``ffn_hidden``.  Per use (not shared):
+    LoRA adapters of rank ``adapter_rank`` on the gate/up projection when
+    ``shared_mlp_adapter`` and on q, k and v when ``shared_attn_adapter``, and the linear
+    [h, h] whose output joins the input of the layer's Mamba mixer.
     """
 
     name: str = "hybrid-tiny"
@@ -78,6 +91,12 @@ class HybridConfig(ModelConfig):
     expert_ffn_hidden: int = 128
     shared_expert_ffn_hidden: int = 0
     router_score: str = "softmax"
+    # Zamba2's shared transformer blocks
+    shared_blocks: int = 1
+    shared_act: str = "geglu"
+    shared_mlp_adapter: bool = True
+    shared_attn_adapter: bool = False
+    adapter_rank: int = 128
     # training
     max_positions: int | None = None
     seq_len: int = 256
@@ -95,10 +114,11 @@ class HybridConfig(ModelConfig):
                              f"{', '.join(repr(k) + ' ' + v for k, v in LAYER_KINDS.items())}")
         check_int(self, "hidden", "vocab_size", "vocab_pad_to", "ssm_heads", "ssm_head_dim", "ssm_groups",
                   "ssm_state", "conv_kernel", "chunk_size", "heads", "ffn_hidden", "experts", "experts_per_token",
-                  "expert_ffn_hidden", "seq_len")
+                  "expert_ffn_hidden", "seq_len", "shared_blocks", "adapter_rank")
         check_int(self, "kv_heads", "head_dim", "max_positions", optional=True)
         check_int(self, "shared_expert_ffn_hidden", minimum=0)
-        check_bool(self, "rope", "tie_embeddings", "causal_flops")
+        check_bool(self, "rope", "tie_embeddings", "causal_flops", "shared_mlp_adapter", "shared_attn_adapter")
+        check_choice(self, "shared_act", GLU_KINDS)
         check_choice(self, "mlp_act", MLP_ACTS)
         check_choice(self, "router_score", ROUTER_SCORES)
         check_choice(self, "attention", ATTENTION_KINDS)
@@ -115,11 +135,14 @@ class HybridConfig(ModelConfig):
                              f"layers of blocks_per_layer={self.blocks_per_layer}")
         if self.ssm_version == 1 and "M" in self.pattern:
             check_int(self, "ssm_channels", "dt_rank", why="a Mamba-1 layer needs it")
-        if "*" in self.pattern:
+        if "*" in self.pattern or "H" in self.pattern:
             if self.head_dim is None:
                 check_divides(self, "heads", "hidden", f"without head_dim the head dim is hidden/heads; use a "
                                                        f"head count that divides {self.hidden} or set head_dim")
             check_divides(self, "kv_heads", "heads", f"valid kv_heads divide {self.heads}")
+        if "H" in self.pattern and self.shared_attn_adapter and self.groups != self.heads:
+            raise UsageError(f"HybridConfig kv_heads={self.kv_heads}: the shared attention's adapters write "
+                             f"k and v as wide as q (Zamba2); valid kv_heads: {self.heads} (or no adapters)")
         if "E" in self.pattern:
             check_at_most(self, "experts_per_token", "experts", f"valid values are 1..{self.experts}")
         if self.max_positions is not None:
@@ -153,8 +176,18 @@ class HybridConfig(ModelConfig):
         return len(self.pattern) // self.blocks_per_layer
 
     def layer_indices(self, kind: str) -> tuple[int, ...]:
-        """The layers of ``kind`` (``mamba``, ``attention``, ``mlp``, ``moe``)."""
+        """The blocks of ``kind`` (``mamba``, ``attention``, ``mlp``, ``moe``, ``hybrid``)."""
         return tuple(i for i, ch in enumerate(self.pattern) if LAYER_KINDS[ch] == kind)
+
+    @property
+    def mixer_indices(self) -> tuple[int, ...]:
+        """The blocks that hold a Mamba mixer: ``M`` and Zamba2's ``H``."""
+        return tuple(i for i, ch in enumerate(self.pattern) if LAYER_KINDS[ch] in MIXER_KINDS)
+
+    @property
+    def shared_uses(self) -> int:
+        """How many times the shared transformer blocks run (Zamba2's ``H`` layers)."""
+        return self.pattern.count("H")
 
     @property
     def groups(self) -> int:
@@ -189,9 +222,15 @@ class HybridConfig(ModelConfig):
         """Numeric values of the model's dims (every dim but the plan's ``b`` and ``s``).
 
         h, V; Mamba-2 (with ``M`` layers): mg groups, mh heads, mp head dim, mn state size,
-        mk conv taps; Mamba-1: mg channels (d_inner), mn state size, mk conv taps, mr Δ rank; attention: a, g, d; MLP: f; MoE: E, k, fe (and fs with a shared expert).
+        mk conv taps; Mamba-1: mg channels (d_inner), mn state size, mk conv taps, mr Δ rank;
+        attention: a, g, d; MLP: f; MoE: E, k, fe (and fs with a shared expert); Zamba2's
+        shared blocks (``H``): a, g, d, f and the adapters' rank lr.
         """
         kinds = {LAYER_KINDS[ch] for ch in self.pattern}
+        if "hybrid" in kinds:  # a shared transformer block and a Mamba mixer
+            kinds |= {"mamba", "attention", "mlp"}
+            if self.shared_mlp_adapter or self.shared_attn_adapter:
+                kinds.add("adapter")
         out = {"h": self.hidden, "V": self.padded_vocab}
         if "mamba" in kinds and self.ssm_version == 1:  # mg: the d_inner channels (tensor parallel splits them)
             out.update(mg=self.ssm_channels, mn=self.ssm_state, mk=self.conv_kernel, mr=self.dt_rank)
@@ -202,6 +241,8 @@ class HybridConfig(ModelConfig):
             out.update(a=self.heads, g=self.groups, d=self.head_size)
         if "mlp" in kinds:
             out["f"] = self.ffn_hidden
+        if "adapter" in kinds:
+            out["lr"] = self.adapter_rank
         if "moe" in kinds:
             out.update(E=self.experts, k=self.experts_per_token, fe=self.expert_ffn_hidden)
             if self.shared_expert_ffn_hidden:

@@ -17,6 +17,24 @@ attention, mlp, moe) with ``num_hidden_layers`` its length, ``hidden_size``,
 ``moe_intermediate_size``, ``moe_shared_expert_intermediate_size`` (sigmoid router).
 Attention has no rotary embedding (Nemotron-H's attention layers take no positions).
 
+zamba2 (transformers' Zamba2Config, and the keys of Zyphra's original config.json files,
+read where transformers' are absent): ``layers_block_type`` (``mamba``/``hybrid``, or
+``m``/``g``) cut to ``num_hidden_layers`` (``hybrid_layer_ids``, when present, must agree),
+``hidden_size``, ``vocab_size``, ``mamba_d_state`` (``state_size``), ``mamba_d_conv``
+(``conv_dimension``), ``mamba_expand`` (``expansion_factor``), ``mamba_ngroups``,
+``n_mamba_heads`` and ``mamba_headdim`` (heads · head dim = expand · hidden),
+``chunk_size``, ``num_attention_heads``, ``num_key_value_heads``, ``intermediate_size``
+(``ffn_hidden_size``; default 4·hidden), ``hidden_act`` (gelu: GeGLU, silu: SwiGLU; the
+original files' ``gated_linear_unit`` true only), ``num_mem_blocks``,
+``use_shared_attention_adapter`` (``use_shared_attention_lora``),
+``use_shared_mlp_adapter`` (``use_shared_block_lora``; default true: transformers'
+Zamba2MLP builds the MLP adapters whatever the key says, and the published files hold
+them), ``adapter_rank`` (``lora_rank``), ``use_mem_rope``, ``max_position_embeddings``
+(16384 with ``use_long_context``), ``tie_word_embeddings`` (default true); the derived
+``attention_head_dim`` (2·hidden/heads), ``attention_hidden_size`` (2·hidden),
+``kv_channels`` and ``num_query_groups`` are checked or read as derived;
+``add_bias_linear`` false only, ``use_conv_bias`` true only, ``ft_lora`` false only.
+
 Every error is one line naming the key.  STAGE's own settings travel in the optional
 ``"stage"`` object.  Without one the training sequence length is
 ``min(max_position_embeddings, 8192)`` (mamba2, which has no positions limit: 2048).
@@ -31,9 +49,11 @@ from stage_core.api import HFKeys, HFReader, UsageError, load_hf_config
 
 from .config import LAYER_KINDS, HybridConfig
 
-MODEL_TYPES = ("mamba2", "nemotron_h", "mamba", "falcon_mamba", "jamba")
+MODEL_TYPES = ("mamba2", "nemotron_h", "mamba", "falcon_mamba", "jamba", "zamba2")
 ARCHITECTURES = {"mamba2": "Mamba2ForCausalLM", "nemotron_h": "NemotronHForCausalLM",
-                 "mamba": "FalconMambaForCausalLM", "jamba": "JambaForCausalLM"}
+                 "mamba": "FalconMambaForCausalLM", "jamba": "JambaForCausalLM", "zamba2": "Zamba2ForCausalLM"}
+#: Zamba2's layers_block_type entries (transformers' names, and Zyphra's original m/g)
+ZAMBA2_BLOCKS = {"mamba": "M", "hybrid": "H", "m": "M", "g": "H"}
 DEFAULT_SEQ_CAP = 8192
 MAMBA2_SEQ_LEN = 2048
 BLOCK_TYPES = {kind: ch for ch, kind in LAYER_KINDS.items()}
@@ -50,6 +70,12 @@ FIELD_KEYS = {
     "mamba2": {"hidden": "hidden_size", "vocab_size": "vocab_size", "ssm_heads": "num_heads",
                "ssm_head_dim": "head_dim", "ssm_groups": "n_groups", "ssm_state": "state_size",
                "conv_kernel": "conv_kernel", "chunk_size": "chunk_size", "pattern": "num_hidden_layers"},
+    "zamba2": {"hidden": "hidden_size", "vocab_size": "vocab_size", "ssm_heads": "n_mamba_heads",
+               "ssm_head_dim": "mamba_headdim", "ssm_groups": "mamba_ngroups", "ssm_state": "mamba_d_state",
+               "conv_kernel": "mamba_d_conv", "chunk_size": "chunk_size", "heads": "num_attention_heads",
+               "kv_heads": "num_key_value_heads", "ffn_hidden": "intermediate_size", "shared_blocks": "num_mem_blocks",
+               "adapter_rank": "adapter_rank", "max_positions": "max_position_embeddings",
+               "pattern": "layers_block_type"},
     "nemotron_h": {"hidden": "hidden_size", "vocab_size": "vocab_size", "ssm_heads": "mamba_num_heads",
                    "ssm_head_dim": "mamba_head_dim", "ssm_groups": "n_groups", "ssm_state": "ssm_state_size",
                    "conv_kernel": "conv_kernel", "chunk_size": "chunk_size", "heads": "num_attention_heads",
@@ -72,7 +98,8 @@ def config_from_hf(source: Mapping[str, Any] | str | os.PathLike) -> HybridConfi
 
 def read(r: HFKeys, family: str) -> HybridConfig:
     """A :class:`HybridConfig` of ``family`` from a config.json's keys."""
-    fields = {"mamba2": _mamba2, "nemotron_h": _nemotron_h, "mamba": _mamba1, "jamba": _jamba}[family](r)
+    fields = {"mamba2": _mamba2, "nemotron_h": _nemotron_h, "mamba": _mamba1, "jamba": _jamba,
+              "zamba2": _zamba2}[family](r)
     return r.make(HybridConfig, {"name": r.model_name, "family": family, **fields}, keys=FIELD_KEYS[family])
 
 
@@ -249,6 +276,76 @@ def _nemotron_h(r: HFKeys) -> dict[str, Any]:
     return fields
 
 
+def _zamba2(r: HFKeys) -> dict[str, Any]:
+    """Zamba2: Mamba-2 layers and hybrid layers, each a use of a shared transformer block."""
+    hidden, layers = r.int("hidden_size"), r.int("num_hidden_layers")
+    types = r.get("layers_block_type")
+    if not isinstance(types, list) or len(types) < layers or any(t not in ZAMBA2_BLOCKS for t in types):
+        r.fail("layers_block_type", f"expected a list of {layers} entries (num_hidden_layers), each mamba or hybrid")
+    pattern = "".join(ZAMBA2_BLOCKS[t] for t in types[:layers])
+    hybrid = tuple(i for i, ch in enumerate(pattern) if ch == "H")
+    listed = r.get("hybrid_layer_ids")
+    if listed is not None and tuple(i for i in r.index_list("hybrid_layer_ids") if i < layers) != hybrid:
+        r.fail("hybrid_layer_ids", f"the hybrid layers of layers_block_type are {list(hybrid)}")
+    # the Mamba-2 mixers
+    _flag(r, "add_bias_linear", False, False, "projection biases are not modelled")
+    _flag(r, "use_conv_bias", True, True, "the conv has a bias")
+    _flag(r, "ft_lora", False, False, "the fine-tuning LoRA of Zyphra's original code is not modelled")
+    inner = r.int("mamba_expand", default=2, or_keys=("expansion_factor",)) * hidden
+    heads = r.int("n_mamba_heads", default=None)
+    head_dim = r.int("mamba_headdim", default=None)
+    if heads is None:  # Zyphra's original files give the head dim, transformers' the heads (default 8)
+        heads = inner // head_dim if head_dim is not None else 8
+    if inner % heads or (head_dim is not None and head_dim != inner // heads):
+        r.fail("mamba_headdim" if head_dim is not None else "n_mamba_heads",
+               f"n_mamba_heads · mamba_headdim must be mamba_expand · hidden_size = {inner}")
+    fields: dict[str, Any] = dict(
+        pattern=pattern, hidden=hidden, vocab_size=r.int("vocab_size"),
+        ssm_heads=heads, ssm_head_dim=inner // heads, ssm_groups=_groups(r, heads, "mamba_ngroups"),
+        ssm_state=r.int("mamba_d_state", default=64, or_keys=("state_size",)),
+        conv_kernel=r.int("mamba_d_conv", default=4, or_keys=("conv_dimension",)),
+        chunk_size=r.int("chunk_size", default=256), tie_embeddings=r.bool("tie_word_embeddings", True),
+    )
+    # the shared transformer blocks: attention over [hidden states, embeddings], 2·hidden wide
+    attn_heads = r.int("num_attention_heads")
+    kv = r.int("num_key_value_heads", default=None) or attn_heads
+    if attn_heads % kv:
+        r.fail("num_key_value_heads", f"does not divide num_attention_heads={attn_heads} (valid values divide "
+                                      f"{attn_heads})")
+    if 2 * hidden % attn_heads:
+        r.fail("num_attention_heads", f"the shared attention's head dim is 2 · hidden_size / heads; it must divide "
+                                      f"{2 * hidden}")
+    for key, want in (("attention_head_dim", 2 * hidden // attn_heads), ("attention_hidden_size", 2 * hidden)):
+        if r.get(key) is not None and r.get(key) != want:
+            r.fail(key, f"Zamba2's shared attention has it {want} (2 · hidden_size{' / heads' if 'dim' in key else ''})")
+    r.get("kv_channels"), r.get("num_query_groups")  # derived (hidden/heads, heads): nothing of their own
+    act = r.get("hidden_act", "gelu")
+    if act not in ACTIVATIONS:
+        r.fail("hidden_act", f"the shared MLP is gated; valid: {', '.join(ACTIVATIONS)}")
+    _flag(r, "gated_linear_unit", True, True, "the shared MLP is gated (GeGLU)")
+    attn_adapter = r.bool("use_shared_attention_adapter", None)
+    attn_adapter = r.bool("use_shared_attention_lora", False) if attn_adapter is None else attn_adapter
+    mlp_adapter = r.bool("use_shared_mlp_adapter", None)
+    mlp_adapter = r.bool("use_shared_block_lora", True) if mlp_adapter is None else mlp_adapter
+    positions = 16384 if r.bool("use_long_context", False) else r.int("max_position_embeddings", default=4096)
+    if r.get("sliding_window") is not None:
+        r.fail("sliding_window", "the shared attention over a window is not modelled; valid: null")
+    fields.update(
+        heads=attn_heads, kv_heads=kv, head_dim=2 * hidden // attn_heads,
+        ffn_hidden=r.int("intermediate_size", default=None, or_keys=("ffn_hidden_size",)) or 4 * hidden,
+        shared_act=ACTIVATIONS[act], shared_blocks=r.int("num_mem_blocks", default=1),
+        shared_attn_adapter=attn_adapter, shared_mlp_adapter=mlp_adapter,
+        adapter_rank=r.int("adapter_rank", default=128, or_keys=("lora_rank",)), rope=r.bool("use_mem_rope", False),
+        max_positions=positions, seq_len=min(positions, DEFAULT_SEQ_CAP),
+    )
+    return fields
+
+
+#: the shared MLP's gated activations: config.json's hidden_act -> the GLU kernel
+ACTIVATIONS = {"gelu": "geglu", "gelu_pytorch_tanh": "geglu", "gelu_new": "geglu", "silu": "swiglu",
+               "swish": "swiglu"}
+
+
 READERS = {
     "mamba": HFReader(read=lambda r: read(r, "mamba"),
                       requires=(("hidden_size",), ("num_hidden_layers",), ("vocab_size",), ("state_size",),
@@ -270,6 +367,21 @@ READERS = {
                        reads=("expand", "n_groups", "conv_kernel", "chunk_size", "tie_word_embeddings", "hidden_act",
                               "rms_norm", "use_bias", "use_conv_bias"),
                        model_types=("mamba2",)),
+    "zamba2": HFReader(read=lambda r: read(r, "zamba2"),
+                       requires=(("hidden_size",), ("num_hidden_layers",), ("vocab_size",), ("layers_block_type",),
+                                 ("num_mem_blocks",), ("num_attention_heads",)),
+                       reads=("hybrid_layer_ids", "mamba_d_state", "state_size", "mamba_d_conv", "conv_dimension",
+                              "mamba_expand", "expansion_factor", "mamba_ngroups", "n_mamba_heads", "mamba_headdim",
+                              "chunk_size", "num_key_value_heads", "intermediate_size", "ffn_hidden_size",
+                              "hidden_act", "gated_linear_unit", "use_shared_attention_adapter",
+                              "use_shared_attention_lora", "use_shared_mlp_adapter", "use_shared_block_lora",
+                              "adapter_rank", "lora_rank", "use_mem_rope", "use_long_context",
+                              "max_position_embeddings", "tie_word_embeddings", "add_bias_linear",
+                              "use_conv_bias", "ft_lora", "sliding_window"),
+                       # (attention_head_dim, attention_hidden_size, kv_channels and num_query_groups
+                       # are derived values, checked or read, and no evidence of Zamba2: RWKV has an
+                       # attention_hidden_size, Megatron-style configs a kv_channels)
+                       model_types=("zamba2",)),
     "nemotron_h": HFReader(read=lambda r: read(r, "nemotron_h"),
                            requires=(("hidden_size",), ("vocab_size",), ("hybrid_override_pattern", "layers_block_type")),
                            reads=("num_hidden_layers", "mamba_num_heads", "mamba_head_dim", "n_groups", "ssm_state_size",
@@ -314,6 +426,17 @@ def to_hf(config: HybridConfig) -> dict[str, Any]:
                    mamba_conv_bias=True, num_attention_heads=c.heads, num_key_value_heads=c.groups,
                    num_experts=c.experts, num_experts_per_tok=c.experts_per_token, intermediate_size=c.ffn_hidden,
                    max_position_embeddings=c.max_positions, hidden_act="silu")
+    elif c.family == "zamba2":
+        hybrid = list(c.layer_indices("hybrid"))
+        out.update(layers_block_type=["hybrid" if ch == "H" else "mamba" for ch in c.pattern], hybrid_layer_ids=hybrid,
+                   mamba_d_state=c.ssm_state, mamba_d_conv=c.conv_kernel, mamba_expand=c.ssm_inner // c.hidden,
+                   mamba_ngroups=c.ssm_groups, n_mamba_heads=c.ssm_heads, mamba_headdim=c.ssm_head_dim,
+                   chunk_size=c.chunk_size, use_conv_bias=True, add_bias_linear=False,
+                   num_attention_heads=c.heads, num_key_value_heads=c.groups,
+                   attention_head_dim=c.head_size, attention_hidden_size=2 * c.hidden, intermediate_size=c.ffn_hidden,
+                   hidden_act="gelu" if c.shared_act == "geglu" else "silu", num_mem_blocks=c.shared_blocks,
+                   use_shared_attention_adapter=c.shared_attn_adapter, use_shared_mlp_adapter=c.shared_mlp_adapter,
+                   adapter_rank=c.adapter_rank, use_mem_rope=c.rope, max_position_embeddings=c.max_positions)
     elif c.family == "mamba2":
         out.update(num_heads=c.ssm_heads, head_dim=c.ssm_head_dim, expand=c.ssm_inner // c.hidden,
                    state_size=c.ssm_state, n_groups=c.ssm_groups, conv_kernel=c.conv_kernel, chunk_size=c.chunk_size,

@@ -20,6 +20,21 @@
   - ``E`` MoE (``moe.``): ``router_logits`` [h, E] -> ``router`` -> ``dispatch`` -> experts
     ([E, h, fe] up (and gate), [E, fe, h] down, tagged ``expert``) -> ``combine``; a
     shared expert (``moe.shared.*``) added when ``shared_expert_ffn_hidden`` > 0.
+  - ``H`` Zamba2 hybrid (``shared.`` then ``mamba.``), as transformers' Zamba2HybridLayer:
+    the shared transformer block ``H`` layer j uses is block j mod ``shared_blocks``, its
+    weights ``shared.<k>.*`` made once and read by every use (FLOPs at every use,
+    parameters once; under pipeline parallel a block used on several stages is held by
+    each and its gradients summed over them, as a tied embedding's are).  The block:
+    ``concat`` of the residual stream and the embeddings (``embed``'s output, sent from
+    the first stage to each stage that uses it) -> ``input_norm`` [2h] -> ``qkv``
+    ([2h, g, a/g+2, d]; with ``shared_attn_adapter`` a per-use ``attn_adapter.down``
+    [2h, 3, lr] and ``attn_adapter.{q,k,v}_up`` added to q, k, v) -> RoPE when ``rope``
+    -> k and v cached -> the attention core -> ``proj`` [g, a/g, d, h] -> ``ffn_norm``
+    [h] -> ``gate_up`` [h, 2, f] (with ``shared_mlp_adapter`` a per-use
+    ``mlp_adapter.down`` [h, lr] and ``mlp_adapter.up`` [lr, 2, f] added) -> ``geglu``
+    (or ``swiglu``) -> ``down`` [f, h] -> the per-use ``linear`` [h, h].  No residual
+    inside the block: its output joins the Mamba mixer's input (``mamba.shared_add``,
+    before ``mamba.norm``), and the layer's residual add is the mixer's alone.
 * ``final_norm`` -> ``head`` (``embed.wte`` when tied) -> ``loss``.
 """
 
@@ -45,17 +60,28 @@ def build(config: HybridConfig) -> Graph:
         pattern=c.pattern,
         max_positions=c.max_positions,
         attention=c.attention,
-        mamba_layers=list(c.layer_indices("mamba")),
+        mamba_layers=list(c.mixer_indices),
         attention_layers=list(c.layer_indices("attention")),
+        shared_block_layers=list(c.layer_indices("hybrid")),
         ssm_state_elements_per_layer=c.ssm_state_elements,
         conv_state_elements_per_layer=c.conv_state_elements,
         chunk_size=c.chunk_size,
         **({"experts": c.experts, "experts_per_token": c.experts_per_token} if "E" in c.pattern else {}),
     )
     x, labels, wte = blocks.embed(g, tags=RESIDUAL)
+    embeddings = x
+    shared = [_shared_weights(g, k) for k in range(c.shared_blocks)] if "H" in c.pattern else []
+    uses = 0
     for i, ch in enumerate(c.pattern):
-        prefix, block = LAYERS[LAYER_KINDS[ch]]
+        kind = LAYER_KINDS[ch]
         with g.layer(i // c.blocks_per_layer):
+            if kind == "hybrid":
+                t = _shared_block(g, c, x, embeddings, shared[uses % c.shared_blocks])
+                uses += 1
+                y = blocks.norm(g, g.add(x, t, name="mamba.shared_add"), "mamba.norm")
+                x = g.add(_mamba(g, c, y), x, name="mamba.residual", tags=RESIDUAL)
+                continue
+            prefix, block = LAYERS[kind]
             y = blocks.norm(g, x, f"{prefix}.norm")
             x = g.add(block(g, c, y), x, name=f"{prefix}.residual", tags=RESIDUAL)
     return blocks.lm_head(g, x, labels, wte, tied=c.tie_embeddings)
@@ -144,6 +170,69 @@ def _moe(g: GraphBuilder, c: HybridConfig, y: Tensor) -> Tensor:
     if c.shared_expert_ffn_hidden:
         out = g.add(out, _mlp(g, c, y, sym.dim("fs"), prefix="moe.shared"), name="moe.add_shared")
     return out
+
+
+def _shared_weights(g: GraphBuilder, k: int) -> dict[str, Tensor]:
+    """Shared transformer block ``k``'s weights, made once (outside every layer)."""
+    h, a, kv, d, f = sym.dims("h a g d f")
+    with g.scope(f"shared.{k}"):
+        return {
+            "input_norm": g.param("input_norm.weight", (2 * h,)),
+            "qkv": g.param("qkv.weight", (2 * h, kv, a / kv + 2, d)),
+            "proj": g.param("proj.weight", (kv, a / kv, d, h)),
+            "ffn_norm": g.param("ffn_norm.weight", (h,)),
+            "gate_up": g.param("gate_up.weight", (h, 2, f)),
+            "down": g.param("down.weight", (f, h)),
+        }
+
+
+def _shared_block(g: GraphBuilder, c: HybridConfig, x: Tensor, embeddings: Tensor, w: dict[str, Tensor]) -> Tensor:
+    """One use of a shared transformer block (transformers' Zamba2AttentionDecoderLayer and
+    the hybrid layer's linear): [b,s,h] -> [b,s,h], what joins the Mamba mixer's input."""
+    h, a, kv, d, f = sym.dims("h a g d f")
+    r = a / kv
+    with g.scope("shared"):
+        joined = g.concat([x, embeddings], "bsh,bse->bsz", ("b", "s", 2 * h), name="concat")
+        y = g.norm("rmsnorm", joined, w["input_norm"], name="input_norm")
+        qkv = g.einsum("bsz,zgcd->bsgcd", y, w["qkv"], name="qkv")
+        q, k, v = g.split(qkv, "bsgcd->bsgrd,bsgd,bsgd", (("b", "s", kv, r, d), ("b", "s", kv, d), ("b", "s", kv, d)),
+                          name="split")
+        if c.shared_attn_adapter:
+            q, k, v = _attention_adapters(g, y, q, k, v)
+        if c.rope:
+            q, k = g.rope(q, name="q_rope"), g.rope(k, name="k_rope")
+        k, v = g.cache(k, name="k_cache"), g.cache(v, name="v_cache")
+    ctx = blocks.attention_core(g, q, k, v, kind=c.attention, causal_flops=c.causal_flops, prefix="shared.attn")
+    with g.scope("shared"):
+        out = g.einsum("bsgrd,grdh->bsh", ctx, w["proj"], name="proj")
+        y = g.norm("rmsnorm", out, w["ffn_norm"], name="ffn_norm")
+        gate_up = g.einsum("bsh,htf->bstf", y, w["gate_up"], name="gate_up")
+        if c.shared_mlp_adapter:
+            lr = sym.dim("lr")
+            low = g.einsum("bsh,hn->bsn", y, g.param("mlp_adapter.down.weight", (h, lr)), name="mlp_adapter.down")
+            up = g.einsum("bsn,ntf->bstf", low, g.param("mlp_adapter.up.weight", (lr, 2, f)), name="mlp_adapter.up")
+            gate_up = g.add(gate_up, up, name="mlp_adapter.add")
+        gate, up = g.split(gate_up, "bstf->bsf,bsf", (("b", "s", f), ("b", "s", f)), name="gate_up_split")
+        act = g.elementwise(c.shared_act, gate, up, name=c.shared_act)
+        out = g.einsum("bsf,fh->bsh", act, w["down"], name="down")
+        return g.einsum("bsh,hk->bsk", out, g.param("linear.weight", (h, h)), name="linear")
+
+
+def _attention_adapters(g: GraphBuilder, y: Tensor, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, ...]:
+    """Per-use LoRA adapters on q, k and v (transformers' linear_{q,k,v}_adapter_list): the
+    normed block input [b,s,2h] down to rank lr (the three down projections as one matmul),
+    each up to its projection's width and added."""
+    h, a, kv, d, lr = sym.dims("h a g d lr")
+    r = a / kv
+    low = g.einsum("bsz,zjn->bsjn", y, g.param("attn_adapter.down.weight", (2 * h, 3, lr)), name="attn_adapter.down")
+    parts = g.split(low, "bsjn->bsn,bsn,bsn", (("b", "s", lr),) * 3, name="attn_adapter.split")
+    out = []
+    for name, t, part, (spec, shape) in zip("qkv", (q, k, v), parts, (("bsn,ngrd->bsgrd", (lr, kv, r, d)),
+                                                                       ("bsn,ngd->bsgd", (lr, kv, d)),
+                                                                       ("bsn,ngd->bsgd", (lr, kv, d)))):
+        up = g.einsum(spec, part, g.param(f"attn_adapter.{name}_up.weight", shape), name=f"attn_adapter.{name}_up")
+        out.append(g.add(t, up, name=f"attn_adapter.{name}_add"))
+    return tuple(out)
 
 
 #: each layer kind's name scope and block

@@ -13,6 +13,19 @@ NEMOTRON_H_8B_PATTERN = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
 #: else Mamba-1) and the FFN (MoE at odd i, else MLP)
 JAMBA_PATTERN = "".join(("*" if i % 8 == 4 else "M") + ("E" if i % 2 == 1 else "-") for i in range(32))
 
+
+def zamba2_pattern(hybrid: tuple[int, ...], layers: int) -> str:
+    """A Zamba2 layer list: ``H`` (hybrid) at ``hybrid``, else ``M`` (Mamba)."""
+    return "".join("H" if i in hybrid else "M" for i in range(layers))
+
+
+#: Zyphra/Zamba2-1.2B's layers_block_type: 38 layers, hybrid at 5, 11, ..., 35 (every 6th)
+ZAMBA2_1_2B_PATTERN = zamba2_pattern(tuple(range(5, 38, 6)), 38)
+#: Zyphra/Zamba2-2.7B's: 54 layers, hybrid_layer_ids 6, 12, 18, 24, 30, 36, 42, 47, 51
+ZAMBA2_2_7B_PATTERN = zamba2_pattern((6, 12, 18, 24, 30, 36, 42, 47, 51), 54)
+#: Zyphra/Zamba2-7B's: 81 layers, hybrid at 6, 11, 17, 23, ..., 77 (13 uses)
+ZAMBA2_7B_PATTERN = zamba2_pattern((6, *range(11, 81, 6)), 81)
+
 PRESETS = MappingProxyType({
     c.name: c
     for c in (
@@ -49,6 +62,26 @@ PRESETS = MappingProxyType({
                      vocab_size=65536, ssm_version=1, ssm_channels=8192, ssm_state=16, conv_kernel=4, dt_rank=256,
                      ssm_dt_norm=True, heads=32, kv_heads=8, ffn_hidden=14336, mlp_act="swiglu", experts=16,
                      experts_per_token=2, expert_ffn_hidden=14336, max_positions=262144, seq_len=8192),
+        # Zamba2: a small one (two shared blocks used in turn, both adapters), and Zyphra's
+        # 1.2B, 2.7B and 7B: Mamba-2 with head dim 64, expand 2, conv 4, chunk 256; shared
+        # blocks of 32 heads over 2·hidden (head dim 2h/32), GeGLU MLPs of 4·hidden, LoRA
+        # adapters of rank 128 on the MLPs (and on q, k, v in the 1.2B); RoPE; vocabulary
+        # 32000, tied; 4096-token context
+        HybridConfig(name="zamba2-tiny", family="zamba2", pattern="MMHMHMH", ssm_heads=8, ssm_head_dim=32,
+                     ssm_groups=2, ssm_state=16, heads=4, kv_heads=4, head_dim=64, ffn_hidden=256, shared_blocks=2,
+                     shared_attn_adapter=True, adapter_rank=8, rope=True, tie_embeddings=True, max_positions=1024),
+        HybridConfig(name="zamba2-1.2b", family="zamba2", pattern=ZAMBA2_1_2B_PATTERN, hidden=2048, vocab_size=32000,
+                     ssm_heads=64, ssm_head_dim=64, ssm_groups=1, ssm_state=128, conv_kernel=4, chunk_size=256,
+                     heads=32, kv_heads=32, head_dim=128, ffn_hidden=8192, shared_blocks=1, shared_attn_adapter=True,
+                     adapter_rank=128, rope=True, tie_embeddings=True, max_positions=4096, seq_len=4096),
+        HybridConfig(name="zamba2-2.7b", family="zamba2", pattern=ZAMBA2_2_7B_PATTERN, hidden=2560, vocab_size=32000,
+                     ssm_heads=80, ssm_head_dim=64, ssm_groups=1, ssm_state=64, conv_kernel=4, chunk_size=256,
+                     heads=32, kv_heads=32, head_dim=160, ffn_hidden=10240, shared_blocks=2, adapter_rank=128,
+                     rope=True, tie_embeddings=True, max_positions=4096, seq_len=4096),
+        HybridConfig(name="zamba2-7b", family="zamba2", pattern=ZAMBA2_7B_PATTERN, hidden=3584, vocab_size=32000,
+                     ssm_heads=112, ssm_head_dim=64, ssm_groups=2, ssm_state=64, conv_kernel=4, chunk_size=256,
+                     heads=32, kv_heads=32, head_dim=224, ffn_hidden=14336, shared_blocks=2, adapter_rank=128,
+                     rope=True, tie_embeddings=True, max_positions=4096, seq_len=4096),
     )
 })
 

@@ -81,3 +81,52 @@ MAMBA2_2_7B = {
     "residual_in_fp32": True,
     "tie_word_embeddings": True,
 }
+
+#: Zamba2-2.7B in transformers' key names.  Verbatim, in the file's order, from "adapter_rank"
+#: through "n_mamba_heads": Zyphra/Zamba2-2.7B-Instruct-v2's config.json (main, as the Hub
+#: shows it; the library's copy ends there).  The keys after it are written by hand:
+#: num_attention_heads, num_hidden_layers, num_key_value_heads, num_mem_blocks,
+#: num_query_groups and vocab_size from the earlier config.json of Zyphra/Zamba2-2.7B-instruct
+#: (commit d3e3e112a9ee70233c694856917161f126414d39, Zyphra's original key names: 32, 54, 32,
+#: 2, 32, 32000); use_shared_attention_adapter false (that file's attention LoRA flag is
+#: false, and the checkpoint holds MLP adapters only); use_mem_rope true (the tech report,
+#: arXiv 2411.15242, adds rotary embeddings to the shared attention); use_conv_bias true
+#: (Zamba2Config's default).
+ZAMBA2_2_7B = {
+    "adapter_rank": 128,
+    "add_bias_linear": False,
+    "architectures": ["Zamba2ForCausalLM"],
+    "attention_dropout": 0.0,
+    "attention_head_dim": 160,
+    "attention_hidden_size": 5120,
+    "bos_token_id": 1,
+    "chunk_size": 256,
+    "eos_token_id": 2,
+    "ffn_hidden_size": 10240,
+    "hidden_act": "gelu",
+    "hidden_size": 2560,
+    "hybrid_layer_ids": [6, 12, 18, 24, 30, 36, 42, 47, 51],
+    "initializer_range": 0.02,
+    "intermediate_size": 10240,
+    "kv_channels": 80,
+    "layers_block_type": (["mamba"] * 6 + ["hybrid"]) + (["mamba"] * 5 + ["hybrid"]) * 6
+    + ["mamba"] * 4 + ["hybrid"] + ["mamba"] * 3 + ["hybrid"] + ["mamba"] * 2,
+    "mamba_d_conv": 4,
+    "mamba_d_state": 64,
+    "mamba_expand": 2,
+    "mamba_headdim": 64,
+    "mamba_ngroups": 1,
+    "max_position_embeddings": 4096,
+    "model_type": "zamba2",
+    "n_mamba_heads": 80,
+    # written by hand (see above)
+    "num_attention_heads": 32,
+    "num_hidden_layers": 54,
+    "num_key_value_heads": 32,
+    "num_mem_blocks": 2,
+    "num_query_groups": 32,
+    "use_conv_bias": True,
+    "use_mem_rope": True,
+    "use_shared_attention_adapter": False,
+    "vocab_size": 32000,
+}

@@ -18,9 +18,15 @@ def test_jamba_parameters_are_the_checkpoints():
     assert_param_count(HOST, "jamba-v0.1", 51_570_323_328)
 
 
+def test_zamba2_parameters_by_hand_as_the_checkpoint_holds_them():
+    # Zyphra/Zamba2-7B: its shared blocks once, 13 uses of adapters and linears (test_zamba2
+    # counts it by hand and against the checkpoint's files)
+    assert_param_count(HOST, "zamba2-7b", 7_356_749_648, 7_356_749_648)
+
+
 def test_configs_tasks_and_flops_conserved():
     for family in {s.family for s in HOST.models()}:
         assert_config_round_trips(HOST, family)
-    for model in ("mamba2-tiny", "hybrid-tiny", "mamba1-tiny", "jamba-tiny"):
+    for model in ("mamba2-tiny", "hybrid-tiny", "mamba1-tiny", "jamba-tiny", "zamba2-tiny"):
         assert assert_tasks(HOST, model) == {"train": "ok", "prefill": "ok", "decode": "ok"}
         assert assert_flops_conserved(HOST, model) >= 4

@@ -16,14 +16,15 @@ from stage_model_ssm import PRESETS, HybridConfig, build, plugin
 from stage_model_ssm.hf import to_hf
 
 
-def test_four_families():
+def test_five_families():
     (specs,) = fresh_host((plugin, "ssm")).pm.hook.stage_models()
     by_family = {s.family: s for s in specs}
-    assert set(by_family) == {"mamba2", "nemotron_h", "mamba", "jamba"}
+    assert set(by_family) == {"mamba2", "nemotron_h", "mamba", "jamba", "zamba2"}
     assert set(by_family["mamba2"].presets) == {"mamba2-tiny", "mamba2-2.7b"}
     assert set(by_family["nemotron_h"].presets) == {"hybrid-tiny", "nemotron-h-8b"}
     assert set(by_family["mamba"].presets) == {"mamba1-tiny", "falcon-mamba-7b"}
     assert set(by_family["jamba"].presets) == {"jamba-tiny", "jamba-v0.1"}
+    assert set(by_family["zamba2"].presets) == {"zamba2-tiny", "zamba2-1.2b", "zamba2-2.7b", "zamba2-7b"}
     for spec in specs:
         assert isinstance(spec, ModelSpec) and spec.family in spec.hf_model_types
         for name, c in spec.presets.items():
@@ -36,6 +37,10 @@ def test_hooks_and_entry_point():
     # the keys decide: a layer pattern is a hybrid whatever the model_type
     hybrid = {**to_hf(PRESETS["nemotron-h-8b"]), "model_type": "some-hybrid"}
     assert host.config_from_hf(hybrid) == PRESETS["nemotron-h-8b"]
+    # a Zamba2 layer list with shared blocks is Zamba2 whatever the model_type (nemotron_h
+    # reads a layers_block_type too)
+    zamba = {**to_hf(PRESETS["zamba2-7b"]), "model_type": "some-hybrid"}
+    assert host.config_from_hf(zamba) == PRESETS["zamba2-7b"]
     with pytest.raises(UsageError, match="no model family reads it"):
         host.config_from_hf({"model_type": "gemma2", "hidden_size": 8})
     assert {ep.name: ep.value for ep in entry_points(group="stage")}.get("ssm") == "stage_model_ssm.plugin"

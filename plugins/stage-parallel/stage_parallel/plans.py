@@ -48,13 +48,14 @@ def builtin_plans() -> list[PlanSpec]:
                 "; CP all-gathers K and V (the paper's choice)", **{"cp-comm": "all-gather"}),
         PlanSpec(
             name="gpt3-175b-megatron",
-            settings={"model": "gpt3-175b", "tp": 8, "pp": 8, "dp": 16, "schedule": "interleaved",
-                      "virtual-stages": 2, "recompute": "full", "seq-len": 2048, "micro-batch-size": 1,
-                      "global-batch": 1536, "gpu": "a100"},
+            settings={"model": "gpt3-175b", "set": ["attention=classic"], "tp": 8, "pp": 8, "dp": 16,
+                      "schedule": "interleaved", "virtual-stages": 2, "recompute": "full", "seq-len": 2048,
+                      "micro-batch-size": 1, "global-batch": 1536, "gpu": "a100"},
             source="Narayanan et al. 2021 (arXiv 2104.04473); Megatron-LM's GPT-3 175B example",
             description="GPT-3 175B as Megatron-LM trains it: tp8 pp8 with the interleaved 1F1B schedule "
                         "(2 virtual stages of 6 layers per GPU), full activation recompute, global batch 1,536 "
-                        "sequences of 2,048 tokens, micro-batch 1, on 1,024 GPUs (dp16)"),
+                        "sequences of 2,048 tokens, micro-batch 1, on 1,024 GPUs (dp16), classic attention (the "
+                        "2021 Megatron-LM had no FlashAttention)"),
         PlanSpec(
             name="deepseek-v3",
             settings={"model": "deepseek-v3", "pp": 16, "dp": 128, "ep": 64, "zero": 1, "stage-layers": "auto",

@@ -31,7 +31,11 @@ def stage_strategies():
                      options=(OptionSpec(s.ZERO_RESHARD, bool, True,
                                          "ZeRO-3: gather each layer's weights again for backward and every "
                                          "micro-batch (FSDP's reshard after forward); --no-zero-reshard gathers "
-                                         "them once per step and keeps them (Llama 3's FSDP)"),)),
+                                         "them once per step and keeps them (Llama 3's FSDP)"),
+                              OptionSpec(s.ZERO_GATHER, str, "layer",
+                                         "how ZeRO-3 gathers parameters before a layer runs: layer (one all-gather "
+                                         "of its parameters, an FSDP unit) or parameter (one per tensor, as "
+                                         "DeepSpeed's ZeRO-3 fetches them)", choices=s.ZERO_GATHERS))),
         StrategySpec("ep", "ep", s.validate_ep, s.apply_ep, order=45,
                      description="expert parallel (Megatron-Core): experts split over ep (carved out of dp x cp) "
                                  "and etp, tokens dispatched by all-to-all or all-gather, expert gradients "
@@ -39,7 +43,12 @@ def stage_strategies():
         StrategySpec("pp", "pp", s.validate_pp, s.apply_pp, order=60,
                      description="pipeline parallel: layers split into stages (x virtual stages), evenly, as given "
                                  "or balanced by compute (--stage-layers), activations and their gradients sent "
-                                 "between them, micro-batches ordered by the schedule"),
+                                 "between them, micro-batches ordered by the schedule",
+                     options=(OptionSpec(s.PP_SCATTER_GATHER, bool, False,
+                                         "Megatron's scatter/gather between pipeline stages: each tensor-parallel "
+                                         "rank sends its 1/tp of an activation (or its gradient) that all of them "
+                                         "hold, and the receiving stage all-gathers it over tp (Narayanan et al. "
+                                         "2021, section 4.1; with --sp the slices are sent already)"),)),
         StrategySpec("recompute", None, s.validate_recompute, s.apply_recompute, order=50,
                      description="activation recompute: selective (attention core) or full (whole layer)"),
     ]

@@ -139,6 +139,12 @@ def validate_zero(graph, plan) -> list[str]:
     return []
 
 
+#: how ZeRO-3 gathers parameters: a layer's at once (an FSDP unit) or each tensor on its own
+#: (DeepSpeed's ZeRO-3 fetches parameters one by one as modules ask for them)
+ZERO_GATHER = "zero-gather"
+ZERO_GATHERS = ("layer", "parameter")
+
+
 def apply_zero(sg: ShardedGraph, mesh, plan) -> ShardedGraph:
     """ZeRO over the data-parallel ranks, which are dp x cp with context parallel (as
     Megatron's distributed optimizer shards over its data-parallel-with-CP group).  With
@@ -148,6 +154,7 @@ def apply_zero(sg: ShardedGraph, mesh, plan) -> ShardedGraph:
     stage = plan.zero
     if stage >= 3 and not plan.option(ZERO_RESHARD, True):
         sg.keep_gathered = True
+    sg.gather_unit = plan.option(ZERO_GATHER, "layer")
     for axis in ("dp", "cp"):
         if not sg.active(axis) or axis not in sg.grad_target:
             continue
@@ -264,8 +271,15 @@ def validate_pp(graph, plan) -> list[str]:
     return out
 
 
+#: Megatron-LM's scatter/gather between pipeline stages (Narayanan et al. 2021, section 4.1): each
+#: tensor-parallel rank sends its 1/t of an activation replicated over tp, the receiver all-gathers
+PP_SCATTER_GATHER = "pp-scatter-gather"
+
+
 def apply_pp(sg: ShardedGraph, mesh, plan) -> ShardedGraph:
     sg.pipeline = (plan.pp, plan.virtual_stages)  # layers split into pp x virtual chunks, in order
+    if plan.option(PP_SCATTER_GATHER):
+        sg.pipeline_split = "tp"
     if plan.stage_layers == "auto":
         sg.stage_layers = balanced_split(layer_weights(sg.graph, plan), plan.pp * plan.virtual_stages)
     elif plan.stage_layers is not None:

@@ -89,6 +89,22 @@ def test_zero_1_and_2_reduce_scatter_gradients_and_all_gather_parameters(traces,
         assert not [k for k, *_ in sync if k == C.ALL_REDUCE]
 
 
+def test_zero_3_gathers_each_parameter_on_its_own_with_zero_gather_parameter(traces):
+    """DeepSpeed's ZeRO-3 fetches parameters one tensor at a time: one all-gather per parameter
+    tensor (its shard), before forward and again before backward; the same bytes as one per layer."""
+    dp = 4
+    plan = Plan(dp=dp, zero=3, options=(("zero-gather", "parameter"),))
+    result, ts, ranks = traces(plan, overrides=TOY)
+    psi = param_counts(result.forward)[0]
+    gathers = [n for n in ranks[0] if n.type == NodeType.COMM_COLL and C(n.attr("comm_type")) == C.ALL_GATHER]
+    tensors = len(result.forward.params)
+    assert len(gathers) == 2 * tensors  # (a tied embedding and head: one tensor, gathered once each way)
+    assert sum(n.attr("comm_size") for n in gathers) == 2 * (2 * psi // dp)
+    per_layer = Counter(n.name.split(":")[0] for n in gathers if ".fwd.layer0" in n.name)
+    layer0 = [p for p in result.forward.params if ".0." in p.name or p.name.startswith("layers.0")]
+    assert sum(per_layer.values()) == len(layer0) > 1
+
+
 def test_zero_3_gathers_each_layer_before_forward_and_backward(traces):
     dp = 4
     result, ts, ranks = traces(Plan(dp=dp, zero=3), overrides=TOY)

@@ -32,6 +32,28 @@ def test_one_send_and_one_recv_per_boundary_per_micro_batch_each_way(traces, sp)
             assert dst == rank + t if ".fwd:" in n.name else dst == rank - t
 
 
+@pytest.mark.parametrize("sp", [False, True])
+def test_scatter_gather_sends_a_tp_slice_and_gathers_it_on_arrival(traces, sp):
+    """Megatron's scatter/gather (Narayanan et al. 2021, section 4.1): each of the t tensor-parallel
+    ranks sends s*b*h*2/t bytes, and the receiver all-gathers the t slices over its tp group; with
+    SP the activation is already sharded over tp, so nothing changes."""
+    p, m, t = 3, 4, 2
+    plan = Plan(pp=p, tp=t, sp=sp, micro_batches=m, options=(("pp-scatter-gather", True),))
+    result, ts, ranks = traces(plan, overrides={"layers": "6"})
+    size = S * 1 * H * 2 // t
+    for rank, nodes in ranks.items():
+        stage = rank // t
+        sends, recvs = p2p(nodes, NodeType.COMM_SEND), p2p(nodes, NodeType.COMM_RECV)
+        assert len(sends) == len(recvs) == (stage < p - 1) * m + (stage > 0) * m
+        assert {n.attr("comm_size") for n in sends + recvs} == {size}
+        gathers = [n for n in nodes if ":gather:" in n.name]
+        assert len(gathers) == (0 if sp else len(recvs))
+        for g, r in zip(gathers, recvs):  # each received slice gathered over the tp group, right after it
+            assert g.attr("comm_size") == size and r.id in g.data_deps
+            assert ts.comm_groups[g.attr("pg_name")] == [stage * t + i for i in range(t)]
+    assert result.manifest["plan"]["options"] == {"pp-scatter-gather": True}
+
+
 def test_1f1b_first_stage_holds_p_micro_batches_of_its_layers(host):
     """1F1B: stage 0 keeps p micro-batches in flight, i.e. the activations of all L layers."""
     p, L, m = 4, 8, 8

@@ -19,7 +19,8 @@ def stage_commands():
 
 @hookimpl(trylast=True)
 def stage_executors():
-    return [ExecutorSpec("local", executors.local, "processes on this machine (--workers N, default every core)")]
+    return [ExecutorSpec("local", executors.local, "processes on this machine (--workers N, default every core)",
+                         options=("workers",))]
 
 
 @hookimpl

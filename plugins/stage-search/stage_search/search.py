@@ -15,15 +15,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from stage_core.api import (MAX_WORLD, Plan, PluginHost, UsageError, check_output_file, hardware, plan_from_settings,
-                            plan_job, png_metadata, resolve_model, scratch_folder, write_output)
+from stage_core.api import (MAX_WORLD, GiB, Plan, PluginHost, Progress, UsageError, add_quiet_flag, check_output_file,
+                            hardware, plan_from_settings, plan_job, resolve_model, scratch_folder, table,
+                            write_figure)
 
 from . import probe
 from .estimate import estimate_job
@@ -44,8 +47,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a model config field")
     p.add_argument("--gpus", type=int, required=True, metavar="N", help="GPUs in the cluster (the world size)")
     p.add_argument("--gpu", default=None, metavar="NAME|FILE", help=f"hardware preset or file (default {DEFAULT_GPU})")
-    p.add_argument("--gpu-memory", type=float, metavar="GB",
-                   help="memory per GPU in GB of 10^9 bytes (default: the GPU's capacity)")
+    p.add_argument("--gpu-memory", type=float, metavar="GiB",
+                   help="memory per GPU in GiB (2^30 bytes), what a plan must fit in (default: the GPU's capacity)")
     p.add_argument("--global-batch", type=int, metavar="B",
                    help="sequences per step (default: a published plan's for this model and GPU count, else N)")
     p.add_argument("--seq-len", type=int, metavar="S", help="tokens per sequence (default: the model's)")
@@ -66,14 +69,21 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="plans estimated again with the full replay (default max(10, 2 x top))")
     g.add_argument("--compare", metavar="PLAN", help="also rank a named plan (see `stage plans`)")
     g.add_argument("--no-simulate", action="store_true", help="do not run the simulator")
-    g.add_argument("--simulator", default="astrasim", help="simulator of the stage_simulators hook (default astrasim)")
+    g.add_argument("--simulator", default="astrasim",
+                   help="simulator of the stage_simulators hook: astrasim (analytical), astrasim-aware, "
+                        "astrasim-htsim (default astrasim)")
+    g.add_argument("--astra-sim", dest="astra_sim", metavar="BIN",
+                   help="the simulator's binary (default: its environment variable, $ASTRA_SIM_BIN for astrasim, "
+                        "else its name on PATH; without one the best plans are estimated only)")
     g.add_argument("--simulate-max-nodes", type=int, default=SIMULATE_MAX_NODES, metavar="N",
                    help=f"simulate a set of at most N nodes, all ranks (default {SIMULATE_MAX_NODES:,}: "
                         "seconds to minutes in ASTRA-sim's analytical backend)")
     g.add_argument("--json", action="store_true", help="print the full table as JSON")
-    g.add_argument("--plot", metavar="FILE.png", help="step time against memory, the Pareto front marked "
-                                                      "(pip install 'stage-search[plot]')")
+    g.add_argument("--plot", metavar="FILE.png", help="every plan that fits: step time (log scale) against memory per "
+                                                      "GPU, the Pareto front, the best --top plans and the --compare "
+                                                      "plan labelled (pip install 'stage-search[plot]')")
     g.add_argument("--force", action="store_true", help="replace the --plot file even if STAGE did not write it")
+    add_quiet_flag(p)
 
 
 @dataclass
@@ -85,6 +95,7 @@ class Entry:
     exposed_comm_s: float
     step_time_s: float | None = None  # the replay's (stage estimate), for candidates
     simulated_s: float | None = None
+    hardware_tflops: float | None = None  # every matmul, recompute included, per GPU (the replayed candidates)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -95,7 +106,8 @@ class Entry:
         return {"plan": plan_flags(self.plan), "step_time_s": self.best_s,
                 "estimator": "replay" if self.step_time_s is not None else "fast",
                 "fast_step_time_s": self.fast_s, "simulated_step_time_s": self.simulated_s,
-                "mfu": self.mfu, "memory_bytes": int(self.memory_bytes), "exposed_comm_s": self.exposed_comm_s}
+                "mfu": self.mfu, "hardware_tflops_per_gpu": self.hardware_tflops,
+                "memory_bytes": int(self.memory_bytes), "exposed_comm_s": self.exposed_comm_s}
 
 
 def plan_flags(plan: Plan) -> list[str]:
@@ -147,7 +159,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(result["text"])
     if args.plot:
-        plot(result["entries"], Path(args.plot), result["title"], force=args.force)
+        compare = result.get("compare")
+        plot(result["entries"], Path(args.plot), result["title"], force=args.force, top=args.top, compare=compare,
+             compare_name=result.get("compare_name"), capacity=result.get("capacity"),
+             rank_of_compare=_rank(result["entries"], compare) if compare is not None else None)
     return 0
 
 
@@ -166,7 +181,7 @@ def check_arguments(args) -> None:
     if args.gpus > MAX_WORLD:
         raise UsageError(f"--gpus {args.gpus:,}: above the {MAX_WORLD:,} ranks STAGE lays out")
     if args.gpu_memory is not None and not 0 < args.gpu_memory < math.inf:
-        raise UsageError(f"--gpu-memory {args.gpu_memory:g}: must be a positive number of GB (e.g. 80)")
+        raise UsageError(f"--gpu-memory {args.gpu_memory:g}: must be a positive number of GiB (e.g. 80)")
 
 
 def search(host: PluginHost, args, err=None) -> dict:
@@ -174,6 +189,7 @@ def search(host: PluginHost, args, err=None) -> dict:
     say = (lambda text: print(text, file=err, flush=True))
     t0 = time.perf_counter()
     check_arguments(args)
+    check_simulator_binary(host, args)
     if args.plot:
         _check_plot()
         check_output_file(args.plot, "--plot", force=getattr(args, "force", False))  # before the work
@@ -182,9 +198,10 @@ def search(host: PluginHost, args, err=None) -> dict:
     reference = _reference(host, args)
     gpu_name = args.gpu or (reference.gpu if reference and reference.gpu else None) or DEFAULT_GPU
     hw = hardware.resolve(host, gpu_name)
-    capacity = int(args.gpu_memory * 1e9) if args.gpu_memory is not None else int(hw.gpu.memory_gib * 2**30)
+    capacity = int(args.gpu_memory * GiB) if args.gpu_memory is not None else int(hw.gpu.memory_gib * GiB)
     if capacity <= 0:
-        raise UsageError(f"--gpu {hw.name} gives no memory size; give --gpu-memory GB")
+        raise UsageError(f"--gpu {hw.name} gives no memory size; give --gpu-memory GiB")
+    progress = Progress.for_args(args)
     seq = args.seq_len if args.seq_len is not None else getattr(config, "seq_len", None)
     if not seq:
         raise UsageError(f"model {config.name} has no default sequence length; give --seq-len")
@@ -209,9 +226,10 @@ def search(host: PluginHost, args, err=None) -> dict:
                               micro_batch_size=args.micro_batch_size, zero=args.zero, recompute=args.recompute)
     if args.task == "decode":
         return _search_decode(host, args, overrides, config, hw, capacity, seq, batch, layers, experts, constraints,
-                              validate, say, t0)
-    space = enumerate_plans(args.gpus, batch, seq, layers, gpus_per_node=hw.gpus_per_node, experts=experts,
-                            constraints=constraints, validate=validate)
+                              validate, say, t0, progress)
+    with progress.phase("enumerating plans"):
+        space = enumerate_plans(args.gpus, batch, seq, layers, gpus_per_node=hw.gpus_per_node, experts=experts,
+                                constraints=constraints, validate=validate)
     t_enum = time.perf_counter()
     say(f"{config.name} on {args.gpus:,} x {hw.name} ({capacity / 2**30:,.0f} GiB each), global batch {batch} x "
         f"{seq} tokens: {space.enumerated:,} plans enumerated, {len(space.plans):,} valid "
@@ -224,11 +242,12 @@ def search(host: PluginHost, args, err=None) -> dict:
     if not plans:
         raise UsageError("no valid plan: loosen the constraints (see the reasons above)")
     orders = {s.name: s.order for s in host.schedules()}
-    costs, memory = _measure(host, args.model, overrides, plans, hw, layers, orders, capacity)
+    costs, memory = _measure(host, args.model, overrides, plans, hw, layers, orders, capacity, progress)
     t_probe = time.perf_counter()
     say(f"measured {len(costs)} layer keys in {t_probe - t_enum:.1f} s")
     fitting = [i for i, p in enumerate(plans) if memory[i] <= capacity or (reference and p is reference.plan)]
-    fast = estimate_plans([plans[i] for i in fitting], costs, layers, hw, orders.__getitem__)
+    with progress.phase(f"estimating {len(fitting):,} plans"):
+        fast = estimate_plans([plans[i] for i in fitting], costs, layers, hw, orders.__getitem__)
     t_fast = time.perf_counter()
     peak = hw.gpu.peak_flops("bf16")
     entries = [Entry(p, np.inf, int(memory[i]), 0.0, 0.0) for i, p in enumerate(plans)]
@@ -253,13 +272,15 @@ def search(host: PluginHost, args, err=None) -> dict:
     candidates = fits[:count]
     if ref_entry is not None:
         candidates = candidates + [ref_entry]
-    for e in candidates:
+    for e in progress.iterate(candidates, "replaying the best plans", "plans"):
         result = plan_job(host, args.model, overrides, e.plan, hw)
         est = estimate_job(result.job, hw)
         e.step_time_s = est.step_time_s
         classes = result.manifest["rank_classes"]
         model = sum(rc["flops"]["model"] * len(rc["ranks"]) for rc in classes) / result.job.world_size
         e.mfu = model / est.step_time_s / peak
+        matmul = sum(rc["flops"]["matmul"] * len(rc["ranks"]) for rc in classes) / result.job.world_size
+        e.hardware_tflops = matmul / est.step_time_s / 1e12
         e.memory_bytes = max(rc["memory_bytes"]["total"] for rc in classes)
         busiest = max(range(len(est.classes)), key=lambda i: est.classes[i].compute_ns)
         e.exposed_comm_s = est.classes[busiest].exposed_comm_ns * 1e-9
@@ -267,8 +288,9 @@ def search(host: PluginHost, args, err=None) -> dict:
     say(f"estimated the best {min(count, len(fits))} again with the replay in {t_acc - t_fast:.1f} s")
     ranked = sorted(fits[:count], key=lambda e: e.step_time_s) + fits[count:]
     top = ranked[:args.top]
-    simulated = _simulate(host, args, top + ([ref_entry] if ref_entry else []), hw, say)
-    title = f"{config.name} on {args.gpus:,} {hw.name}, global batch {batch} x {seq}"
+    simulated = _simulate(host, args, top + ([ref_entry] if ref_entry else []), hw, say, progress)
+    title = (f"{config.name} on {args.gpus:,} {hw.name}, global batch {batch} x {seq} (kernels timed by the "
+             f"{hw.gpu.compute_model} compute model)")
     text = _table(top, ref_entry, ranked, title, simulated)
     data = {"model": config.name, "gpus": args.gpus, "gpu": hw.name, "gpu_memory_bytes": capacity,
             "global_batch": batch, "seq_len": seq, "enumerated": space.enumerated, "valid": len(space.plans),
@@ -278,11 +300,12 @@ def search(host: PluginHost, args, err=None) -> dict:
             "simulator": simulated, "plans": [e.to_dict() for e in ranked]}
     if ref_entry is not None:
         data["compare"] = {"name": reference.name, "rank": _rank(ranked, ref_entry), **ref_entry.to_dict()}
-    return {"json": data, "text": text, "entries": ranked, "title": title}
+    return {"json": data, "text": text, "entries": ranked, "title": title, "compare": ref_entry,
+            "compare_name": reference.name if reference else None, "capacity": capacity}
 
 
 def _search_decode(host, args, overrides, config, hw, capacity, context, requests, layers, experts, constraints,
-                   validate, say, t0) -> dict:
+                   validate, say, t0, progress) -> dict:
     """Decode: few plans, each estimated by the replay (no layer measurement)."""
     if args.compare:
         raise UsageError("--compare ranks a named training plan; it needs --task train")
@@ -294,7 +317,7 @@ def _search_decode(host, args, overrides, config, hw, capacity, context, request
         say(f"  {count:,} refused: {reason}")
     peak = hw.gpu.peak_flops("bf16")
     entries, over = [], 0
-    for plan in space.plans:
+    for plan in progress.iterate(space.plans, "estimating plans with the replay", "plans"):
         result = plan_job(host, args.model, overrides, plan, hw)
         classes = result.manifest["rank_classes"]
         memory = max(rc["memory_bytes"]["total"] for rc in classes)
@@ -316,14 +339,15 @@ def _search_decode(host, args, overrides, config, hw, capacity, context, request
                          f"or lower --global-batch")
     ranked = sorted(entries, key=lambda e: e.step_time_s)
     top = ranked[:args.top]
-    simulated = _simulate(host, args, top, hw, say)
+    simulated = _simulate(host, args, top, hw, say, progress)
     title = (f"{config.name} decoding on {args.gpus:,} {hw.name}: {requests} requests x {context} tokens of context "
              f"(step: one new token for every request)")
     data = {"model": config.name, "task": "decode", "gpus": args.gpus, "gpu": hw.name, "gpu_memory_bytes": capacity,
             "requests": requests, "context_len": context, "enumerated": space.enumerated, "valid": len(space.plans),
             "refused": space.refused, "do_not_fit": over, "simulator": simulated,
             "plans": [{**e.to_dict(), "tokens_per_s": requests / e.step_time_s} for e in ranked]}
-    return {"json": data, "text": _table(top, None, ranked, title, simulated), "entries": ranked, "title": title}
+    return {"json": data, "text": _table(top, None, ranked, title, simulated), "entries": ranked, "title": title,
+            "capacity": capacity}
 
 
 @dataclass
@@ -356,7 +380,7 @@ def _rank(ranked: list[Entry], entry: Entry) -> int:
     return 1 + sum(1 for e in ranked if e.best_s < entry.fast_s)
 
 
-def _measure(host, model, overrides, plans, hw, layers, orders, capacity):
+def _measure(host, model, overrides, plans, hw, layers, orders, capacity, progress=None):
     """The measured layer of every layer key the plans that fit need, and every plan's memory.
 
     Activations grow exactly with the micro-batch size and nothing else in memory does, so
@@ -374,19 +398,60 @@ def _measure(host, model, overrides, plans, hw, layers, orders, capacity):
     for key in keys:
         if base(key) not in smallest or key[mbs] < smallest[base(key)][mbs]:
             smallest[base(key)] = key
-    costs = {k: probe.measure(host, model, overrides, keys[k], hw) for k in smallest.values()}
+    progress = progress or Progress("off")
+    costs = {k: probe.measure(host, model, overrides, keys[k], hw)
+             for k in progress.iterate(list(smallest.values()), "measuring layer keys", "keys")}
     for_memory = {k: costs[k] if k in costs else probe.scaled(costs[smallest[base(k)]],
                                                                k[mbs] // smallest[base(k)][mbs])
                   for k in keys}
     memory = estimate_plans(plans, for_memory, layers, hw, orders.__getitem__, times=False).memory
+    more: dict[tuple, Plan] = {}
     for i, p in enumerate(plans):
         key = probe.layer_key(p)
         if key not in costs and memory[i] <= capacity:
-            costs[key] = probe.measure(host, model, overrides, p, hw)
+            more.setdefault(key, p)
+    for key in progress.iterate(list(more), "measuring the larger micro-batches", "keys"):
+        costs[key] = probe.measure(host, model, overrides, more[key], hw)
     return costs, memory
 
 
-def _simulate(host, args, entries: list[Entry], hw, say) -> dict:
+def check_simulator_binary(host, args) -> None:
+    """``--astra-sim BIN``, checked before any work: a simulator must run (not with
+    --no-simulate), one that reads a binary (its record's ``binary_env``), from a file that
+    can be run."""
+    binary = getattr(args, "astra_sim", None)
+    if binary is None:
+        return
+    if args.no_simulate:
+        raise UsageError(f"--astra-sim {binary}: names the simulator's binary, and --no-simulate runs none")
+    sim = host.simulator(args.simulator)
+    if sim.binary_env is None:
+        raise UsageError(f"--astra-sim {binary}: the {sim.name} simulator reads no binary (choose --simulator "
+                         "astrasim, astrasim-aware or astrasim-htsim)")
+    path = Path(binary).expanduser()
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        why = "is not executable" if path.is_file() else "not found"
+        raise UsageError(f"--astra-sim {binary} {why}: give the path of the {sim.name} simulator's binary")
+
+
+@contextmanager
+def _binary(sim, binary: str | None):
+    """The simulator reads ``binary`` (``--astra-sim``) while the block runs."""
+    if binary is None or sim.binary_env is None:
+        yield
+        return
+    before = os.environ.get(sim.binary_env)
+    os.environ[sim.binary_env] = str(Path(binary).expanduser().resolve())
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(sim.binary_env, None)
+        else:
+            os.environ[sim.binary_env] = before
+
+
+def _simulate(host, args, entries: list[Entry], hw, say, progress=None) -> dict:
     if args.no_simulate:
         return {"ran": False, "why": "--no-simulate"}
     try:
@@ -394,11 +459,16 @@ def _simulate(host, args, entries: list[Entry], hw, say) -> dict:
     except UsageError as exc:
         say(f"not simulated: {exc}; showing estimates only")
         return {"ran": False, "why": str(exc)}
+    with _binary(sim, getattr(args, "astra_sim", None)):
+        return _simulate_with(host, args, entries, hw, say, progress, sim)
+
+
+def _simulate_with(host, args, entries: list[Entry], hw, say, progress, sim) -> dict:
     reason = sim.available()
     if reason:
         say(f"not simulated: {sim.name} cannot run here ({reason}); showing estimates only")
         return {"ran": False, "why": reason}
-    for e in entries:
+    for e in (progress or Progress("off")).iterate(entries, f"simulating in {sim.name}", "plans"):
         nodes = _set_nodes(host, args, e.plan, hw)
         if nodes > args.simulate_max_nodes:
             e.notes.append(f"not simulated: {nodes:,} nodes > --simulate-max-nodes {args.simulate_max_nodes:,}")
@@ -425,25 +495,30 @@ def _set_nodes(host, args, plan: Plan, hw) -> int:
 
 
 def _table(top: list[Entry], ref: Entry | None, ranked: list[Entry], title: str, simulated: dict) -> str:
-    lines = [title, "", f"{'#':>3}  {'plan':<44} {'step ms':>10} {'simulated':>10} {'MFU':>6} {'memory GiB':>10} "
-                        f"{'exposed comm ms':>15}"]
+    def row(rank, e: Entry, mark: str = "") -> list[str]:
+        sim = _cell(e.simulated_s * 1e3) if e.simulated_s is not None else "-"
+        hw = _cell(e.hardware_tflops) if e.hardware_tflops is not None else "-"
+        return [str(rank), plan_text(e.plan), _cell(e.best_s * 1e3), sim, f"{100 * e.mfu:.1f}%", hw,
+                _cell(e.memory_bytes / GiB), _cell(e.exposed_comm_s * 1e3), mark]
 
-    def row(rank, e: Entry) -> str:
-        sim = f"{e.simulated_s * 1e3:,.1f}" if e.simulated_s is not None else "-"
-        return (f"{rank:>3}  {plan_text(e.plan):<44} {e.best_s * 1e3:>10,.1f} {sim:>10} {100 * e.mfu:>5.1f}% "
-                f"{e.memory_bytes / 2**30:>10.1f} {e.exposed_comm_s * 1e3:>15,.1f}")
-
-    for i, e in enumerate(top, 1):
-        lines.append(row(i, e))
+    rows = [row(i, e) for i, e in enumerate(top, 1)]
     if ref is not None:
-        lines.append(row(_rank(ranked, ref), ref) + "   <- --compare")
+        rows.append(row(_rank(ranked, ref), ref, "<- --compare"))
+    headers = ["#", "plan", "step ms", "simulated ms", "MFU", "hw TFLOP/s", "memory GiB", "exposed comm ms", ""]
+    lines = [title, "", *table(headers, rows, left=2)]
     lines.append("")
-    lines.append("step ms: the replay of every node (stage estimate); simulated: ASTRA-sim's step"
+    lines.append("step ms: the replay of every node (stage estimate); simulated: ASTRA-sim's step; hw TFLOP/s: "
+                 "every matmul, recompute included, per GPU"
                  + ("" if simulated.get("ran") else f" (not run: {simulated.get('why')})"))
     for e in top + ([ref] if ref else []):
         for note in e.notes:
             lines.append(f"  {plan_text(e.plan)}: {note}")
     return "\n".join(lines)
+
+
+def _cell(x: float) -> str:
+    """One decimal from 100 up, else three significant digits (a tiny model's 0.412 ms)."""
+    return f"{x:,.1f}" if abs(x) >= 100 or x == 0 else f"{x:.3g}"
 
 
 def _overrides(pairs) -> dict[str, str]:
@@ -481,27 +556,94 @@ def pareto(points: list[tuple[float, float]]) -> list[int]:
     return front
 
 
-def plot(entries: list[Entry], path: Path, title: str, force: bool = False) -> None:
+def plot(entries: list[Entry], path: Path, title: str, force: bool = False, *, top: int = 5,
+         compare: Entry | None = None, compare_name: str | None = None, capacity: int | None = None,
+         rank_of_compare: int | None = None) -> None:
+    """Every plan that fits: step time (log scale) against memory per GPU; the Pareto front
+    (no plan both faster and smaller), the best ``top`` numbered and listed under the plot,
+    the ``compare`` plan marked, the GPU's capacity drawn.  The step axis stops at
+    :data:`PLOT_SPAN` times the best step (or above the compared plan), so the competitive
+    plans spread out; the plans above it are counted in the legend."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    memory = [e.memory_bytes / 2**30 for e in entries]
-    step = [e.best_s for e in entries]
-    front = pareto(list(zip(memory, step)))
-    fig, ax = plt.subplots(figsize=(8, 5))
-    ax.scatter(memory, step, s=6, alpha=0.4, label="plans that fit")
-    fx = [memory[i] for i in front]
-    fy = [step[i] for i in front]
-    ax.plot(fx, fy, "r.-", label="Pareto front")
+    if not entries:
+        raise UsageError("--plot: no plan fits, so there is nothing to plot")
+    best = min(e.best_s for e in entries)
+    ceiling = max(PLOT_SPAN * best, 1.25 * compare.best_s if compare is not None else 0)
+    shown = [e for e in entries if e.best_s <= ceiling]
+    hidden = len(entries) - len(shown)
+    memory = [e.memory_bytes / GiB for e in shown]
+    step = [e.best_s for e in shown]
+    replayed = [i for i, e in enumerate(shown) if e.step_time_s is not None]
+    fast = [i for i, e in enumerate(shown) if e.step_time_s is None]
+    front = pareto([(e.memory_bytes / GiB, e.best_s) for e in entries])
+    front = [entries[i] for i in front if entries[i].best_s <= ceiling]
+    lines = []
+    for rank, e in enumerate(entries[:top], 1):
+        lines.append(f"#{rank:<3} {plan_text(e.plan):<40} {e.best_s * 1e3:>10,.0f} ms {e.memory_bytes / GiB:>7,.1f} GiB")
+    if compare is not None:
+        where = f"#{rank_of_compare}" if rank_of_compare else "--compare"
+        lines.append(f"{where:<4} {plan_text(compare.plan):<40} {compare.best_s * 1e3:>10,.0f} ms "
+                     f"{compare.memory_bytes / GiB:>7,.1f} GiB  <- --compare {compare_name or ''}".rstrip())
+    height = 6.0 + 0.14 * len(lines)  # inches: the plot, and the list of the best plans under it
+    bottom = 0.14 * len(lines) + 0.15 + 0.6  # the list, a gap, the x axis's labels
+    fig = plt.figure(figsize=(10, height))
+    ax = fig.add_axes((0.08, bottom / height, 0.9, (height - bottom - 0.45) / height))
+    ax.set_yscale("log")
+    ax.scatter([memory[i] for i in fast], [step[i] for i in fast], s=8, c="0.6", alpha=0.5, linewidths=0,
+               label=f"{len(fast):,} plans (fast estimate)")
+    ax.scatter([memory[i] for i in replayed], [step[i] for i in replayed], s=24, c="tab:blue", alpha=0.85,
+               label=f"{len(replayed):,} best plans estimated again (replay)")
+    ax.step([e.memory_bytes / GiB for e in front], [e.best_s for e in front], "-", where="post", c="tab:red",
+            lw=1.2, label="Pareto front: no plan is both faster and smaller")
+    ax.scatter([e.memory_bytes / GiB for e in front], [e.best_s for e in front], s=14, c="tab:red", zorder=3)
+    groups: list[list[int]] = []  # the best plans that lie on one spot (3% of step, 1 GiB) share a label
+    for rank, e in enumerate(entries[:top], 1):
+        near = next((g for g in groups if abs(entries[g[0] - 1].memory_bytes - e.memory_bytes) <= GiB
+                     and abs(math.log(entries[g[0] - 1].best_s / e.best_s)) <= 0.03), None)
+        if near is None:
+            groups.append([rank])
+        else:
+            near.append(rank)
+    for ranks in groups:
+        e = entries[ranks[0] - 1]
+        x, y = e.memory_bytes / GiB, e.best_s
+        ax.scatter([x], [y], s=110, facecolors="none", edgecolors="black", lw=1.3, zorder=4)
+        text = f"#{ranks[0]}" if len(ranks) == 1 else f"#{ranks[0]}-{ranks[-1]}" if ranks == list(
+            range(ranks[0], ranks[-1] + 1)) else "#" + ",".join(map(str, ranks))
+        ax.annotate(text, (x, y), xytext=(-8, 8), textcoords="offset points", ha="right", fontsize=9,
+                    weight="bold")
+    if compare is not None:
+        x, y = compare.memory_bytes / GiB, compare.best_s
+        label = f"{compare_name or 'compared plan'}" + (f" (#{rank_of_compare})" if rank_of_compare else "")
+        ax.scatter([x], [y], s=200, marker="*", c="tab:orange", edgecolors="black", zorder=5,
+                   label=f"--compare {label}")
+        ax.annotate(label, (x, y), xytext=(10, 4), textcoords="offset points", fontsize=9, color="tab:orange",
+                    weight="bold")
+    if capacity:
+        ax.axvline(capacity / GiB, ls="--", c="0.3", lw=1, label=f"GPU memory ({capacity / GiB:,.0f} GiB)")
+    if hidden:
+        ax.plot([], [], " ", label=f"{hidden:,} slower plans above {ceiling:,.3g} s not shown")
+    ax.set_ylim(best / 1.15, ceiling * 1.05)
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    plain = FuncFormatter(lambda v, _: f"{v:,.3g}")
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_locator(LogLocator(subs=(2, 3, 5)))
+    ax.yaxis.set_minor_formatter(plain)
     ax.set_xlabel("memory per GPU (GiB, the busiest stage)")
-    ax.set_ylabel("step time (s)")
-    ax.set_title(title, fontsize=9)
-    ax.legend()
-    fig.tight_layout()
-    try:
-        write_output(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png", metadata=png_metadata()), "--plot",
-                     force=force)
-    finally:
-        plt.close(fig)
+    ax.set_ylabel("step time (s, log scale)")
+    ax.grid(True, which="both", axis="y", alpha=0.3)
+    ax.grid(True, which="major", axis="x", alpha=0.2)
+    ax.set_title(title, fontsize=10)
+    ax.legend(loc="upper left", fontsize=8, framealpha=0.9)
+    if lines:
+        fig.text(0.08, 0.1 / height, "\n".join(lines), fontsize=8, family="monospace", va="bottom", ha="left")
+    write_figure(path, fig, "--plot", force=force)
+
+
+#: the step axis of --plot spans this many times the best plan's step (log scale)
+PLOT_SPAN = 4.0

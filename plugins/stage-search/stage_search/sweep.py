@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from stage_core.api import UnitCache, UsageError, code_versions, grid, setting_names, unit_id
+from stage_core.api import Progress, UnitCache, UsageError, add_quiet_flag, code_versions, grid, setting_names, unit_id
 
 from . import table, units
 
@@ -44,6 +44,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--simulator", default=None, metavar="NAME",
                    help="with measure = \"simulate\": the simulator of the stage_simulators hook (astrasim, "
                         "astrasim-aware, astrasim-htsim...; default: the first installed)")
+    add_quiet_flag(p)
 
 
 def plan_units(sweep: grid.Sweep, simulator: str | None = None) -> list[dict]:
@@ -56,13 +57,16 @@ def plan_units(sweep: grid.Sweep, simulator: str | None = None) -> list[dict]:
 def run(args: argparse.Namespace) -> int:
     return run_sweep(Path(args.spec), Path(args.output), executor=args.executor, workers=args.workers,
                      address=args.address, cache=Path(args.cache), fresh=args.fresh, force=args.force,
-                     simulator=args.simulator)
+                     simulator=args.simulator,
+                     progress=Progress.for_args(args))
 
 
 def run_sweep(spec_path: Path, output: Path, *, executor: str = "local", workers: int | None = None,
               address: str | None = None, cache: Path = Path(".stage-sweep"), fresh: bool = False,
-              force: bool = False, err=None, simulator: str | None = None) -> int:
+              force: bool = False, err=None, simulator: str | None = None,
+              progress: Progress | None = None) -> int:
     err = err or sys.stderr
+    progress = progress or Progress("off")
     if workers is not None and workers < 1:
         raise UsageError(f"--workers {workers}: must be 1 or more")
     rule = dict(inputs=[spec_path], force=force)
@@ -73,14 +77,14 @@ def run_sweep(spec_path: Path, output: Path, *, executor: str = "local", workers
             raise UsageError(f"--simulator {simulator}: {spec_path} measures {sweep.measure!r}; the simulator runs "
                              "with measure = \"simulate\"")
         units._host().simulator(simulator)  # a name no plugin registers: refused before any work
-    runner = units._host().executor(executor)
+    runner = units._host().executor(executor, {"workers": workers, "address": address})
     store = UnitCache(cache)
     todo_units = plan_units(sweep, simulator)
     ids = [unit_id(u) for u in todo_units]
     rows: dict[int, dict] = {}
     if not fresh:
         for i, uid in enumerate(ids):
-            got = _cached_row(store.read_json(uid))
+            got = _cached_row(store.read_json(uid), units.COLUMNS[sweep.measure])
             if got is not None:
                 rows[i] = got
     todo = [i for i in range(len(ids)) if i not in rows]
@@ -88,11 +92,13 @@ def run_sweep(spec_path: Path, output: Path, *, executor: str = "local", workers
     start = time.perf_counter()
     # never more processes than points to evaluate
     options = {"workers": None if workers is None else min(workers, max(1, len(todo))), "address": address}
-    for k, row in runner.run(units.evaluate, [todo_units[i] for i in todo], options):
-        i = todo[k]
-        rows[i] = row
-        if row.get("status") != "failed":  # (a failed point is tried again by the next run)
-            store.write_json(ids[i], {"unit": todo_units[i], "row": row})
+    with progress.phase(f"evaluating on {executor}", len(todo), "points") as done:
+        for k, row in runner.run(units.evaluate, [todo_units[i] for i in todo], options):
+            i = todo[k]
+            rows[i] = row
+            if row.get("status") != "failed":  # (a failed point is tried again by the next run)
+                store.write_json(ids[i], {"unit": todo_units[i], "row": row})
+            done(1)
     table_rows = []
     for i, point in enumerate(sweep.points):
         table_rows.append({"unit": ids[i][:16], **point.as_dict(), **rows[i]})
@@ -104,6 +110,12 @@ def run_sweep(spec_path: Path, output: Path, *, executor: str = "local", workers
     return 0
 
 
-def _cached_row(data) -> dict | None:
+def _cached_row(data, columns) -> dict | None:
+    """A finished unit's row; None (evaluate again) when absent, damaged, or an evaluated row
+    without a column this version fills (cached before the column was added)."""
     row = data.get("row") if isinstance(data, dict) else None
-    return row if isinstance(row, dict) else None  # absent or damaged: evaluate again
+    if not isinstance(row, dict):
+        return None
+    if row.get("status") == "ok" and any(c not in row for c in columns if c != "error"):
+        return None
+    return row

@@ -19,11 +19,12 @@ MEASURES = ("report", "estimate", "simulate")
 
 #: result columns of a unit, in table order, per measure
 _REPORT = ("status", "world_size", "rank_classes", "memory_bytes", "flops_per_gpu", "matmul_flops_per_step",
-           "comm_bytes_per_gpu")
+           "comm_bytes_per_gpu", "wire_bytes_per_gpu")
 COLUMNS = {
     "report": _REPORT + ("error",),
-    "estimate": _REPORT + ("hardware", "step_time_s", "mfu", "exposed_comm_s", "error"),
-    "simulate": _REPORT + ("hardware", "step_time_s", "simulated_step_time_s", "finished", "error"),
+    "estimate": _REPORT + ("hardware", "compute_model", "step_time_s", "mfu", "model_tflops_per_gpu",
+                           "hardware_tflops_per_gpu", "exposed_comm_s", "error"),
+    "simulate": _REPORT + ("hardware", "compute_model", "step_time_s", "simulated_step_time_s", "finished", "error"),
 }
 #: the GPU a point is timed on when it names none (``system`` or ``gpu``)
 DEFAULT_GPU = "h100"
@@ -75,9 +76,10 @@ def _evaluate(unit: dict[str, Any]) -> dict[str, Any]:
     from .estimate_command import summarize
 
     est = summarize(result, estimate_job(result.job, hw), hw)
-    row.update(hardware=hw.name, step_time_s=est["step_time_s"])
+    row.update(hardware=hw.name, compute_model=est["compute_model"], step_time_s=est["step_time_s"])
     if measure == "estimate":
-        row.update(mfu=est["mfu"], exposed_comm_s=est["exposed_comm_s"])
+        row.update(mfu=est["mfu"], model_tflops_per_gpu=est["model_tflops_per_gpu"],
+                   hardware_tflops_per_gpu=est["hardware_tflops_per_gpu"], exposed_comm_s=est["exposed_comm_s"])
         return row
     row.update(_simulated(result, hw, unit.get("simulator")))
     return row
@@ -115,6 +117,9 @@ def _report_row(result) -> dict[str, Any]:
         "flops_per_gpu": max(c["flops"]["total"] for c in classes),
         # the whole job's matmul FLOPs (Megatron's model-FLOPs convention counts these)
         "matmul_flops_per_step": sum(c["flops"]["matmul"] * len(c["ranks"]) for c in classes),
+        # what the collectives name (their comm_size, sends and receives), and what the busiest rank
+        # sends on its link (ring algorithm; stage report's "wire sent")
         "comm_bytes_per_gpu": max(sum(c["comm_bytes"].values()) for c in classes),
+        "wire_bytes_per_gpu": max(sum(v for k, v in c.get("wire_bytes", {}).items() if k != "recv") for c in classes),
         "error": "",
     }

@@ -98,6 +98,11 @@ def test_one_gpu_steps_for_its_kernels_alone(estimate_host, capsys):
     assert got["step_time_s"] == pytest.approx(expected, rel=1e-12)
     assert got["rank_classes"][0]["exposed_comm_s"] == 0
     assert 0 < got["mfu"] < 1 and got["memory_bytes"] == result.manifest["rank_classes"][0]["memory_bytes"]["total"]
+    # the hardware and compute model that timed it, and hardware TFLOP/s (every matmul) beside model TFLOP/s
+    flops = result.manifest["rank_classes"][0]["flops"]
+    assert (got["hardware"], got["compute_model"]) == ("h100", H100.gpu.compute_model)
+    assert got["hardware_tflops_per_gpu"] == pytest.approx(flops["matmul"] / expected / 1e12, rel=1e-12)
+    assert got["model_tflops_per_gpu"] == pytest.approx(flops["model"] / expected / 1e12, rel=1e-12)
 
 
 def test_serving_is_refused_with_the_reason(estimate_host, capsys):

@@ -144,9 +144,9 @@ def test_a_world_above_the_limit_is_an_invalid_row(toy_host, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("flag,value,needle", [
-    ("--gpu-memory", "0", "--gpu-memory 0: must be a positive number of GB"),  # replaced by the GPU's before
-    ("--gpu-memory", "nan", "--gpu-memory nan: must be a positive number of GB"),
-    ("--gpu-memory", "inf", "--gpu-memory inf: must be a positive number of GB"),
+    ("--gpu-memory", "0", "--gpu-memory 0: must be a positive number of GiB"),  # replaced by the GPU's before
+    ("--gpu-memory", "nan", "--gpu-memory nan: must be a positive number of GiB"),
+    ("--gpu-memory", "inf", "--gpu-memory inf: must be a positive number of GiB"),
     ("--max-pp", "0", "--max-pp 0: must be 1 or more"),
     ("--global-batch", "0", "--global-batch 0: must be 1 or more"),
     ("--seq-len", "0", "--seq-len 0: must be 1 or more"),
@@ -167,3 +167,15 @@ def test_run_sweep_refuses_the_output_rule_too(toy_host, tmp_path, grid):
     (tmp_path / "x.csv").write_text("mine")
     with pytest.raises(UsageError, match="STAGE did not write it"):
         run_sweep(grid, tmp_path / "x.csv", workers=1, cache=tmp_path / "c")
+
+
+def test_sweep_refuses_an_executor_setting_the_executor_does_not_read(tmp_path, capsys):
+    from stage_core.api import main
+
+    spec = tmp_path / "grid.toml"
+    spec.write_text('[base]\nmodel = "toy"\n[grid]\ndp = [1, 2]\n')
+    status = main(["sweep", str(spec), "-o", str(tmp_path / "t.csv"), "--address", "ray://x:10001", "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and err == ["stage: error: --address ray://x:10001: the local executor does not read it "
+                                   "(it reads: --workers); leave it out, or choose another --executor"]
+    assert not (tmp_path / "t.csv").exists()
