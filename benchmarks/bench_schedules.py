@@ -1,4 +1,5 @@
-"""Pipeline schedules in ASTRA-sim: 1F1B against the zero-bubble schedules and DualPipeV.
+"""Pipeline schedules in ASTRA-sim: 1F1B against the zero-bubble schedules and DualPipeV, and
+1F1B, DualPipeV and DualPipe on a DeepSeek-V3-shaped MoE.
 
 For each model shape and (pp, micro-batches): every schedule's set is written timed on the
 GPU (--gpu), run in the real simulator (ASTRA_SIM_BIN or --astra-sim), and compared:
@@ -12,19 +13,29 @@ GPU (--gpu), run in the real simulator (ASTRA_SIM_BIN or --astra-sim), and compa
   for the same p, m and times (Qi et al. 2024 Table; the DualPipe README);
 * peak activation memory (the manifest's, busiest stage) and pipeline bytes per stage.
 
-    python benchmarks/bench_schedules.py [--astra-sim BIN] [--gpu h100] [--quick]
+DeepSeek (printed after, or alone with --deepseek): DeepSeek-V3 cut to 8 layers (the first
+dense), pp 4, dp 2, experts over dp (ep 2), 1,024 tokens a micro-batch, 8 and 16 micro-
+batches, 1F1B, DualPipeV and DualPipe, run with the simulator's node log (``stage astrasim
+--timeline``): the step; when the last micro-batch step ends (the pipeline, before the
+gradient sync and the optimizer); the time an expert all-to-all is in flight while no kernel
+runs (per rank shown, the most); the parameters of the largest rank.
+
+    python benchmarks/bench_schedules.py [--astra-sim BIN] [--gpu h100] [--quick] [--deepseek]
 """
 
 from __future__ import annotations
 
 import argparse
+import io
+import json
 import os
 import re
 import sys
 import tempfile
 from pathlib import Path
 
-from stage_core.api import PluginHost, hardware, plan_from_settings, plan_job, simulate_order, write_trace_set
+from stage_core.api import (Plan, PluginHost, hardware, netmodel, plan_from_settings, plan_job, simulate_order,
+                            write_trace_set)
 
 #: Llama 3 8B's layers with Llama 2's vocabulary, and Megatron's 1.7B GPT: 8 and 6 layers a stage at pp 4, so the
 #: head and the embedding weigh little beside a stage's layers (the formulas assume equal stages)
@@ -32,7 +43,9 @@ SHAPES = {"llama": ("llama3-8b", {"seq_len": "4096", "vocab_size": "32000"}),
           "gpt": ("megatron-1.7b", {})}
 #: layers of each shape's model (32 and 24), for --head-balanced
 LAYERS = {"llama3-8b": 32, "megatron-1.7b": 24}
-SCHEDULES = ("1f1b", "zb-h1", "zb-h2", "zb-v", "dualpipev")
+SCHEDULES = ("1f1b", "zb-h1", "zb-h2", "zb-v", "dualpipev", "dualpipe")
+#: the DeepSeek comparison: the model, its overrides, the schedules
+DEEPSEEK = ("deepseek-v3", {"layers": "8", "first_dense_layers": "1"}, ("1f1b", "dualpipev", "dualpipe"))
 
 
 def phase_times(result, stage: int | None = None) -> tuple[float, float, float]:
@@ -60,6 +73,8 @@ def formula(schedule: str, p: int, m: int, TF: float, TB: float, TW: float) -> f
         return (p - 1) * (TF + TB - TW)
     if schedule == "zb-h2":
         return max(0.0, (p - 1) * (TF + TB - 2 * TW))
+    if schedule == "dualpipe":  # DeepSeek-V3 report Table 2, PP = p ranks, a chunk a stage's layers
+        return (p / 2 - 1) * ((TF + TB + TW) + (TB + TW) - 3 * TW)
     f, b, w = TF / 2, TB / 2, TW / 2
     if schedule == "zb-v":
         return float("nan")  # the paper gives no closed form: 0 when T_F = T_B = T_W
@@ -78,6 +93,44 @@ def replayed(result, TF: float, TB: float, TW: float) -> float:
     return max(simulate_order(order, plan.pp, TF / v, TB / v, TW / v, spec.placement)[1])
 
 
+def timeline_figures(timeline: Path) -> tuple[float, float]:
+    """From ``stage astrasim --timeline``'s trace events: (when the last micro-batch step's node ends, the most
+    time an all-to-all is in flight while no kernel runs, over the ranks shown), in seconds."""
+    events = json.loads(timeline.read_text())
+    events = [e for e in (events["traceEvents"] if isinstance(events, dict) else events) if e.get("ph") == "X"]
+    pipeline, exposed = 0.0, 0.0
+    for pid in {e["pid"] for e in events}:
+        mine = [e for e in events if e["pid"] == pid]
+        pipeline = max([pipeline] + [e["ts"] + e["dur"] for e in mine if e["args"].get("name", "").startswith("mb")])
+        kernels = [(e["ts"], e["ts"] + e["dur"]) for e in mine if e["tid"] == 1]  # (the compute track)
+        a2a = [(e["ts"], e["ts"] + e["dur"]) for e in mine if e["cat"] == "all-to-all"]
+        exposed = max(exposed, netmodel.step_breakdown(kernels, a2a, 0)[1])
+    return pipeline * 1e-6, exposed * 1e-6
+
+
+def deepseek(host, hw, gpu: str, tmp: str, quick: bool) -> None:
+    from stage_adapter_astrasim.command import run_astrasim
+
+    model, sets, schedules = DEEPSEEK
+    print("\n| DeepSeek-V3 8 layers, pp 4 dp 2 ep 2 | m | schedule | step ms | last micro-batch step ends ms | "
+          "exposed all-to-all ms (most, a rank) | parameters GiB (largest rank) |")
+    print("|---|---|---|---|---|---|---|")
+    for m in (8,) if quick else (8, 16):
+        for schedule in schedules:
+            plan = Plan(pp=4, dp=2, ep=2, micro_batches=m, seq_len=1024, schedule=schedule)
+            result = plan_job(host, model, sets, plan, hw)
+            target = write_trace_set(host, result, Path(tmp) / f"deepseek-{m}-{schedule}")
+            timeline = Path(tmp) / f"deepseek-{m}-{schedule}.json"
+            out, err = io.StringIO(), io.StringIO()
+            status = run_astrasim(target, system=gpu, as_json=True, timeline_file=str(timeline), out=out, err=err)
+            summary = json.loads(out.getvalue())["summary"]
+            step = summary["max_finish_time_ns"] * 1e-9
+            pipeline, exposed = timeline_figures(timeline)
+            params = max(rc["memory_bytes"]["parameters"] for rc in result.manifest["rank_classes"]) / 2**30
+            print(f"| | {m} | {schedule} | {step * 1e3:.1f} | {pipeline * 1e3:.1f} | {exposed * 1e3:.1f} | "
+                  f"{params:.1f} |" + ("" if status == 0 and summary["finished_ranks"] == 8 else " NOT FINISHED"))
+
+
 def run(args) -> int:
     host = PluginHost()
     sims = [s for s in host.simulators() if s.available() is None]
@@ -85,6 +138,10 @@ def run(args) -> int:
         print("no simulator available (set ASTRA_SIM_BIN)", file=sys.stderr)
         return 1
     hw = hardware.resolve(host, args.gpu)
+    if args.deepseek:
+        with tempfile.TemporaryDirectory() as tmp:
+            deepseek(host, hw, args.gpu, tmp, args.quick)
+        return 0
     cases = [("llama", 4, 8)] if args.quick else [(s, 4, m) for s in SHAPES for m in (8, 16)]
     print("| shape | pp | m | schedule | step ms | T_F/T_B/T_W ms | bubble ms (sim) | bubble ms (formula) | bubble ms (order "
           "replayed) | "
@@ -127,6 +184,7 @@ def run(args) -> int:
                 again = replayed(result, *times) * 1e3
                 print(f"| {shape} | {pp} | {m} | {schedule} | {step * 1e3:.2f} | {tfbw} | {(step - work) * 1e3:.2f} | "
                       f"{form:.2f} | {again:.2f} | {acts} | {sends:.1f} |" + ("" if got["finished"] else " NOT FINISHED"))
+        deepseek(host, hw, args.gpu, tmp, args.quick)
     return 0
 
 
@@ -135,6 +193,8 @@ if __name__ == "__main__":
     parser.add_argument("--astra-sim", help="the analytical binary (default $ASTRA_SIM_BIN)")
     parser.add_argument("--gpu", default="h100")
     parser.add_argument("--quick", action="store_true", help="one shape, pp 4, m 8")
+    parser.add_argument("--deepseek", action="store_true", help="only the DeepSeek-V3 comparison (1F1B, DualPipeV, "
+                                                                  "DualPipe)")
     parser.add_argument("--auto", action="store_true", help="--stage-layers auto: stages balanced by compute")
     parser.add_argument("--head-balanced", action="store_true",
                         help="the last stage one layer fewer and the first one more (as Megatron's "

@@ -23,7 +23,7 @@ from .guard import Owner, PluginFault, fault
 from .ir.graph import Graph
 from .ir.ops import Op
 from .parallel.placement import FLAT, Partial, Replicate, Shard, ShardedGraph, dim_position
-from .schedule.steps import PLACEMENTS, is_pair, order_problem
+from .schedule.steps import PLACEMENTS, copies, is_pair, order_problem
 
 
 # --------------------------------------------------------------------------- models
@@ -212,9 +212,11 @@ def _is_dim_name(graph: Graph, name: str) -> bool:
 
 
 class CheckedOrder:
-    """A schedule's ``order(stages, micro_batches, virtual, **options)``, each result checked
+    """A schedule's ``order(stages, micro_batches, chunks, **options)``, each result checked
     (a PluginFault names the schedule and the first problem); ``placement`` is the
-    schedule's, ``options`` the values of its options (keyword arguments by ``dest``)."""
+    schedule's, ``options`` the values of its options (keyword arguments by ``dest``).
+    Called with the plan's virtual stages: the order gets that many chunks a stage, times
+    the placement's copies (DualPipe's ``"dual"``: 2 for one virtual stage)."""
 
     def __init__(self, order: Callable, owner: Owner, placement: str = "loop",
                  options: Mapping[str, Any] | None = None):
@@ -222,11 +224,14 @@ class CheckedOrder:
         self.options = dict(options or {})
 
     def __call__(self, stages: int, micro_batches: int, virtual: int = 1):
-        got = self.order(stages, micro_batches, virtual, **self.options)
-        problem = order_problem(got, stages, micro_batches, virtual)
+        chunks = virtual * copies(self.placement)
+        got = self.order(stages, micro_batches, chunks, **self.options)
+        problem = order_problem(got, stages, micro_batches, chunks, self.placement)
         if problem is not None:
-            raise PluginFault(f"{self.owner}: its order for pp {stages}, {micro_batches} micro-batches, {virtual} "
-                              f"virtual stage{'s' if virtual != 1 else ''}: {problem}")
+            what = (f"{virtual} virtual stage{'s' if virtual != 1 else ''}" if chunks == virtual
+                    else f"{chunks} chunks a stage (placement {self.placement!r})")
+            raise PluginFault(f"{self.owner}: its order for pp {stages}, {micro_batches} micro-batches, {what}: "
+                              f"{problem}")
         return [[tuple(map(tuple, step)) if is_pair(step) else tuple(step) for step in steps] for steps in got]
 
 
@@ -237,4 +242,7 @@ def checked_order(spec, owner: Owner, options: Mapping[str, Any] | None = None) 
         raise fault(owner, f"placement {spec.placement!r}; known: {', '.join(PLACEMENTS)}")
     if spec.chunks is not None and (not isinstance(spec.chunks, int) or spec.chunks < 1):
         raise fault(owner, f"chunks {spec.chunks!r}: a positive number of chunks per stage, or None")
+    if spec.placement == "dual" and spec.chunks != 2:
+        raise fault(owner, f"chunks {spec.chunks!r} with placement 'dual': a stage runs 2 chunks, the two copies "
+                           f"(the model cut into as many chunks as stages); declare chunks=2")
     return CheckedOrder(spec.order, owner, spec.placement, options)

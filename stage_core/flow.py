@@ -177,7 +177,16 @@ def plan_job(host: PluginHost, model: str = DEFAULT_MODEL, overrides: Mapping[st
     schedule = schedules[plan.schedule]
     order = checked_order(schedule, host.owner(schedule.plugin, "schedule", schedule.name),
                           {o.dest: plan.option(o.name, o.default) for o in schedule.options})
-    if schedule.chunks is not None and plan.pp > 1 and plan.virtual_stages != schedule.chunks:
+    if schedule.placement == "dual":  # DualPipe: two copies of one chunk a stage, not two virtual stages
+        if plan.virtual_stages != 1:
+            raise UsageError(f"--virtual-stages {plan.virtual_stages}: --schedule {schedule.name} cuts the model "
+                             f"into pp chunks and runs two copies of them (one per direction); leave "
+                             f"--virtual-stages out")
+        if plan.inference:
+            raise UsageError(f"--schedule {schedule.name}: its two copies of the model are for training "
+                             f"(micro-batches fed from both ends); --task {plan.task} runs --schedule 1f1b or "
+                             f"another one-copy schedule")
+    elif schedule.chunks is not None and plan.pp > 1 and plan.virtual_stages != schedule.chunks:
         if plan.virtual_stages != 1:
             able = [s.name for s in schedules.values() if s.chunks in (None, plan.virtual_stages)]
             raise UsageError(f"--virtual-stages {plan.virtual_stages} needs a schedule that runs "

@@ -148,8 +148,12 @@ class ScheduleSpec:
     (:mod:`stage_core.schedule.steps` says what the host checks).  ``chunks``: the chunks
     per rank the schedule runs (ZB-V: 2; None: the plan's ``--virtual-stages``);
     ``placement``: which model chunk a rank's chunk is, ``"loop"`` (interleaved: rank i
-    holds chunks i, i + pp, ...) or ``"v"`` (down and back up: rank i holds chunks i and
-    2·pp − 1 − i).  ``source``: where the schedule is published.  ``options``: the
+    holds chunks i, i + pp, ...), ``"v"`` (down and back up: rank i holds chunks i and
+    2·pp − 1 − i) or ``"dual"`` (DualPipe, ``chunks=2``: the model in pp chunks, rank i
+    holding chunk i as its chunk 0 for the micro-batches fed from the first rank and chunk
+    pp − 1 − i as its chunk 1 for those fed from the last; a micro-batch runs one of the two
+    on every rank, and each gradient is summed over the two ranks holding its chunk).
+    ``source``: where the schedule is published.  ``options``: the
     schedule's own flags (:class:`OptionSpec`, as a strategy's); ``order`` is called with
     each as a keyword argument named by its ``dest`` (``--round-size`` → ``round_size``),
     valued from the plan or the option's default, so give those parameters defaults.

@@ -490,7 +490,7 @@ def assert_schedule_structure(host: PluginHost, schedule: str, cases=SCHEDULE_CA
 
             assert isinstance(exc, UsageError), f"{schedule} pp{pp} m{m} v{v}: {type(exc).__name__}: {exc}"
             continue
-        problem = order_problem(order, pp, m, v)
+        problem = order_problem(order, pp, m, v, spec.placement)
         assert problem is None, f"{schedule} pp{pp} m{m} v{v}: {problem}"
         ran += 1
     assert ran, f"{schedule}: took none of the cases {cases}"
@@ -506,13 +506,16 @@ def assert_schedule_like_1f1b(host: PluginHost, schedule: str, directory: Path, 
                               plans=None, overrides=None) -> list[dict]:
     """On each pipelined plan (default pp 2 and 4 with 4 and 8 micro-batches) the schedule
     gives every rank the same FLOPs and pipeline bytes as 1F1B on the same plan (for a
-    schedule of 2 chunks a stage, as interleaved 1F1B with 2 virtual stages; for a placement
-    other than "loop", the same FLOPs over the job), its set
+    schedule of 2 chunks a stage, as interleaved 1F1B with 2 virtual stages; for the "v"
+    placement, the same FLOPs over the job; for "dual", DualPipe's two copies, each rank
+    what 1F1B's stages s and p − 1 − s do for the micro-batches of each direction: with half
+    each way, the mean of the two), its set
     validates and every rank finishes in the replay of the simulator's rules, and in a
     simulator where one is installed and available.  A schedule that runs the plan's
     ``--virtual-stages`` (``chunks`` None) runs each plan's; a plan may set the schedule's
     options (``plan.with_options``).  Returns per plan what was compared."""
     from .flow import write_trace_set
+    from .schedule.steps import copies, flat_steps
     from .validate import examine
 
     spec = next(s for s in host.schedules() if s.name == schedule)
@@ -520,7 +523,7 @@ def assert_schedule_like_1f1b(host: PluginHost, schedule: str, directory: Path, 
     simulators = [s for s in host.simulators() if s.available() is None]
     out = []
     for i, plan in enumerate(plans):
-        chunks = spec.chunks if spec.chunks is not None else plan.virtual_stages
+        chunks = spec.chunks // copies(spec.placement) if spec.chunks is not None else plan.virtual_stages
         plan = plan.replace(schedule=schedule, virtual_stages=chunks)
         layers = {"layers": str(plan.pp * chunks * 2)} if model == "toy" else {}
         extra = {**layers, **(overrides or {})}
@@ -530,6 +533,19 @@ def assert_schedule_like_1f1b(host: PluginHost, schedule: str, directory: Path, 
         if chunks > 1 and base_plan.micro_batches % base_plan.pp:
             base_plan = base_plan.replace(micro_batches=plan.pp * -(-plan.micro_batches // plan.pp))
         base = _plan(host, model, base_plan, extra)
+        if spec.placement == "dual":
+            # per stage, the micro-batches of each copy (direction), from the order the set ran
+            order = spec.order(plan.pp, plan.micro_batches, 2, **{o.dest: plan.option(o.name, o.default)
+                                                                  for o in spec.options})
+            ways = [[len({m for k, m, c in flat_steps(steps) if k == "F" and c == copy}) for copy in (0, 1)]
+                    for steps in order]
+            p, n = plan.pp, plan.micro_batches
+            for what, a, b in (("matmul FLOPs", [rc["flops"]["matmul"] for rc in mine.manifest["rank_classes"]],
+                                [rc["flops"]["matmul"] for rc in base.manifest["rank_classes"]]),
+                               ("pipeline bytes", _pipeline_bytes(mine), _pipeline_bytes(base))):
+                want = [ways[s][0] * b[s] + ways[s][1] * b[p - 1 - s] for s in range(p)]  # n times a rank's
+                assert [x * n for x in a] == want, (f"{schedule} {plan_id(plan)}: {what} per stage {a}, from 1F1B's "
+                                                    f"{b}: {[w / n for w in want]}")
         for key in ("matmul", "other"):
             a = [rc["flops"][key] for rc in mine.manifest["rank_classes"]]
             b = [rc["flops"][key] for rc in base.manifest["rank_classes"]]
@@ -537,7 +553,7 @@ def assert_schedule_like_1f1b(host: PluginHost, schedule: str, directory: Path, 
                 continue
             if spec.placement == "loop":
                 assert sorted(a) == sorted(b), f"{schedule} {plan_id(plan)}: {key} FLOPs per stage {a}, 1F1B {b}"
-            elif key == "matmul":  # another placement puts other chunks together on a stage: the job's matmuls
+            elif key == "matmul" and spec.placement != "dual":  # another placement puts other chunks together on a stage: the job's matmuls
                 # are the same (a tied embedding on one stage is updated once, not on two: fewer other FLOPs)
                 assert sum(a) == sum(b), f"{schedule} {plan_id(plan)}: {key} FLOPs {sum(a)}, 1F1B {sum(b)}"
         if base_plan.micro_batches == plan.micro_batches and spec.placement == "loop":

@@ -35,7 +35,7 @@ from .plan import Plan
 from .overlap import Background, place
 from .propagate import OpPlan, Propagation, Redistribute
 from ..schedule.orders import one_f_one_b
-from ..schedule.steps import chunk_of, flat_steps, is_pair, stage_of
+from ..schedule.steps import chunk_of, copies, flat_steps, is_pair, stage_of
 
 
 @dataclass(frozen=True)
@@ -430,6 +430,7 @@ class Lowerer:
         self.chunks = self.stages * self.virtual
         self.schedule = schedule
         self.placement = getattr(schedule, "placement", "loop")  # which chunks a stage holds (schedule.steps)
+        self.local = self.virtual * copies(self.placement)  # the chunks a stage runs (DualPipe: two copies)
         self.producer = {t: op for op in prop.ops for t in op.outputs}
         self.params = set(self.g.params)
         self.chunk = self.assign_chunks()
@@ -739,15 +740,20 @@ class Lowerer:
                 chunk[op] = chunk[op.forward_op]
         return chunk
 
-    def stage_of(self, chunk: int) -> int:
-        return stage_of(self.placement, chunk, self.stages)
+    def stage_of(self, chunk: int, copy: int = 0) -> int:
+        """The stage running ``chunk`` (for a micro-batch of ``copy``: DualPipe's direction)."""
+        return stage_of(self.placement, chunk, self.stages, copy)
+
+    def copy_of(self, local: int) -> int:
+        """The copy of the model a stage's ``local`` chunk belongs to (0 but under "dual")."""
+        return local // self.virtual if self.placement == "dual" else 0
 
     def chunk_of(self, stage: int, local: int) -> int:
         return chunk_of(self.placement, stage, local, self.stages)
 
     def stage_chunks(self, stage: int) -> list[int]:
         """The model chunks ``stage`` holds, by its local chunk index."""
-        return [self.chunk_of(stage, local) for local in range(self.virtual)]
+        return [self.chunk_of(stage, local) for local in range(self.local)]
 
     def chunk_ops(self, ops: list[Op], c: int) -> list[Op]:
         key = (id(ops), c)
@@ -795,8 +801,8 @@ class Lowerer:
             return whole, None
         return -(-whole // degree), axis
 
-    def peer_key(self, src_chunk: int, dst_chunk: int, sending: bool) -> str:
-        delta = self.stage_of(dst_chunk) - self.stage_of(src_chunk)
+    def peer_key(self, src_chunk: int, dst_chunk: int, sending: bool, copy: int = 0) -> str:
+        delta = self.stage_of(dst_chunk, copy) - self.stage_of(src_chunk, copy)
         delta = delta if sending else -delta
         return f"pp{'+' if delta >= 0 else '-'}{abs(delta)}"
 
@@ -834,13 +840,14 @@ class Lowerer:
                     held[t] = self.prop.kept.get(t, self.prop.produced.get(t, {}))
         return sum(self.sizes.nbytes(t, layout) for t, layout in held.items())
 
-    def expected_emissions(self, op: Op, stage: int) -> int:
-        """How many times ``op`` runs on ``stage`` in a step: once per micro-batch, and a sum
-        whose parts live on several chunks once per chunk of the stage holding parts."""
+    def expected_emissions(self, op: Op, stage: int, visits: dict[int, int]) -> int:
+        """How many times ``op`` runs on ``stage`` in a step: once per micro-batch running its
+        chunk there (``visits``: model chunk -> micro-batches; every micro-batch, but under
+        "dual" those of the copy's direction), and a sum whose parts live on several chunks
+        once per such micro-batch of each chunk of the stage holding parts."""
         if self.chunk[op] is not None:
-            return self.plan.micro_batches
-        chunks = [c for c in self.stage_chunks(stage) if self.local_parts(op, c)]
-        return self.plan.micro_batches * len(chunks)
+            return visits.get(self.chunk[op], 0)
+        return sum(visits.get(c, 0) for c in self.stage_chunks(stage) if self.local_parts(op, c))
 
     # ------------------------------------------------------------------ one program per stage
     def program(self, stage: int) -> tuple[_Program, int]:
@@ -850,6 +857,11 @@ class Lowerer:
         prog.tags = m_total * len(self.crossings)  # pipeline tags come first; kernels' own messages follow
         order = self.schedule(self.stages, m_total, self.virtual)[stage]
         split = {(m, lc) for kind, m, lc in flat_steps(order) if kind == "W"}
+        visits: dict[int, int] = {}  # model chunk -> the micro-batches that run it on this stage
+        for kind, m, lc in flat_steps(order):
+            if kind == "F":
+                c = self.chunk_of(stage, lc)
+                visits[c] = visits.get(c, 0) + 1
         buckets = self.plan_buckets(stage)
         # a bucket is reduced as soon as its last gradient is final: after the last run of every op making one
         pending = [{self.producer[self.g.grads[p]] for p in bucket} for bucket, _, _ in buckets]
@@ -873,11 +885,12 @@ class Lowerer:
                 self.emit_op(prog, op, versions, f"{tag}.bwd", gathers, BACKWARD)
             if op in by_producer:
                 runs[op] = runs.get(op, 0) + 1
-                if runs[op] == self.expected_emissions(op, stage):
+                if runs[op] == self.expected_emissions(op, stage, visits):
                     for i in by_producer[op]:
                         pending[i].discard(op)
                         if not pending[i]:
-                            syncs[i] = self.emit_bucket_sync(prog, i, buckets[i][0], buckets[i][2], versions)
+                            syncs[i] = self.emit_bucket_sync(prog, i, buckets[i][0], buckets[i][2], versions,
+                                                             stage)
 
         def runs_of(ops: list[Op]) -> list[list[Op]]:
             """``ops`` cut where the layer changes: the units an overlapped pair interleaves."""
@@ -927,15 +940,16 @@ class Lowerer:
             units = []
             for kind, m, local_chunk in parts:
                 c = self.chunk_of(stage, local_chunk)
+                copy = self.copy_of(local_chunk)
                 versions = per_mb.setdefault(m, {})
                 tag = f"mb{m}" + (f".chunk{c}" if self.chunks > 1 else "")
                 for x in self.crossings:  # (W has no pipeline messages: B sends the input gradient)
                     t, src, dst, ph = x
-                    if dst == c and ph == kind and self.stage_of(src) != stage:  # (a V's turn stays on the stage)
+                    if dst == c and ph == kind and self.stage_of(src, copy) != stage:  # (a V's turn stays on the stage)
                         size, gather_axis = self.message_size(t)
                         name = f"{tag}.{'fwd' if ph == 'F' else 'bwd'}"
                         rid = prog.p2p(f"{name}:recv:{t.name}", NodeType.COMM_RECV, size,
-                                       self.peer_key(src, dst, False), 1 + m * len(self.crossings) + index[x], ())
+                                       self.peer_key(src, dst, False, copy), 1 + m * len(self.crossings) + index[x], ())
                         if gather_axis:  # the slices of the axis's ranks gathered back into the whole tensor
                             rid = prog.coll(f"{name}:gather:{t.name}", CollectiveType.ALL_GATHER, size,
                                             self.key(gather_axis), (rid,))
@@ -955,6 +969,7 @@ class Lowerer:
                             us[i]()
             for kind, m, local_chunk in parts:
                 c = self.chunk_of(stage, local_chunk)
+                copy = self.copy_of(local_chunk)
                 versions = per_mb[m]
                 tag = f"mb{m}" + (f".chunk{c}" if self.chunks > 1 else "")
                 if kind == "F":
@@ -973,10 +988,10 @@ class Lowerer:
                     live -= held.get(c, 0)
                 for x in self.crossings:
                     t, src, dst, ph = x
-                    if src == c and ph == kind and self.stage_of(dst) != stage:
+                    if src == c and ph == kind and self.stage_of(dst, copy) != stage:
                         deps = versions.get((t, self.lk(self.prop.produced.get(t, {}))), versions.get((t, None), ()))
                         prog.p2p(f"{tag}.{'fwd' if ph == 'F' else 'bwd'}:send:{t.name}", NodeType.COMM_SEND,
-                                 self.message_size(t)[0], self.peer_key(src, dst, True),
+                                 self.message_size(t)[0], self.peer_key(src, dst, True, copy),
                                  1 + m * len(self.crossings) + index[x], deps)
             prog.end_step(parts[0][1])
         unsynced = [i for i, ops in enumerate(pending) if ops]
@@ -1066,14 +1081,15 @@ class Lowerer:
         return [(b, final[b[-1]], axes) for b, axes in buckets]
 
     def emit_bucket_sync(self, prog: _Program, i: int, bucket: list[Tensor], axes: tuple[str, ...],
-                         versions: dict) -> list[int]:
+                         versions: dict, stage: int = 0) -> list[int]:
         """The data-parallel reduction of one bucket: all-reduce, or reduce-scatter under ZeRO;
         over axes some of which shard and some not (hybrid sharding: a shard group inside dp,
         replicated across), a reduce-scatter inside the sharding axes, then an all-reduce of
-        the shard across the others."""
+        the shard across the others.  Under DualPipe's two copies ("dual"), then the sum of
+        the copies (:meth:`emit_copies_sum`)."""
         deps = [d for p in bucket for d in versions.get((self.g.grads[p], None), ())]
         if not axes:
-            return deps
+            return self.emit_copies_sum(prog, i, bucket, deps, stage) if self.placement == "dual" else deps
         numel = sum(self.sizes.numel(p, self.sg.compute_layout(p)) for p in bucket)
         item = DTYPE_BYTES[self.plan.grad_dtype]
         sharding = [a for a in axes if isinstance(self.grad_target(a), Shard)]
@@ -1093,7 +1109,31 @@ class Lowerer:
             kind = CollectiveType.ALL_REDUCE
             out = [prog.coll(f"grad_sync.bucket{i}:{COMM_KEYS[kind]}.{key}", kind, numel * item, self.key(key), out,
                              release=-1, group_size=self.sizes.deg(rest))]
+        if self.placement == "dual":
+            out = self.emit_copies_sum(prog, i, bucket, out, stage, numel)
         return out
+
+    def emit_copies_sum(self, prog: _Program, i: int, bucket: list[Tensor], deps: list[int], stage: int,
+                        numel: int | None = None) -> list[int]:
+        """DualPipe's two copies: stage s holds chunk s for the micro-batches fed from the first
+        stage and chunk p − 1 − s for those fed from the last, and stage p − 1 − s the same two
+        chunks the other way round, so each gradient is summed over that pair of stages before
+        the optimizer step (the DualPipe reference's example adds the mirror rank's gradients of
+        the other copy).  Per bucket, after its data-parallel reduction, in the background as
+        that reduction is: an all-reduce over the pair of what the reduction leaves on the rank
+        (``numel``: the whole bucket after an all-reduce, its shard after ZeRO's reduce-scatter;
+        the pair's ranks hold the same shard).  The two stages hold the same parameters and so
+        the same buckets; a tied embedding's sum over the first and last stage is this one."""
+        pair = self.pair_key(stage)
+        if numel is None:
+            numel = sum(self.sizes.numel(p, self.sg.compute_layout(p)) for p in bucket)
+        kind = CollectiveType.ALL_REDUCE
+        return [prog.coll(f"grad_sync.bucket{i}:{COMM_KEYS[kind]}.{pair}", kind,
+                          numel * DTYPE_BYTES[self.plan.grad_dtype], self.key(pair), deps, release=-1, group_size=2)]
+
+    def pair_key(self, stage: int) -> str:
+        """The group of ``stage`` and its mirror ``pp − 1 − stage``, which hold the same chunks under "dual"."""
+        return "pp@" + ",".join(map(str, sorted({stage, self.stages - 1 - stage})))
 
     def emit_optimizer(self, prog: _Program, stage: int, buckets, syncs: dict[int, list[int]], versions) -> None:
         sg = self.sg
@@ -1107,6 +1147,11 @@ class Lowerer:
             stages = self.param_stages(p)
             if len(stages) > 1:
                 by_group.setdefault("pp@" + ",".join(map(str, stages)), []).append(p)
+        if self.placement == "dual":  # every parameter is on its stage and the mirror: summed per bucket
+            if set(by_group) != {self.pair_key(stage)} or len(by_group[self.pair_key(stage)]) != len(params):
+                raise RuntimeError(f"stage {stage}: under placement 'dual' every parameter is held by stages "
+                                   f"{self.pair_key(stage)[3:]}, not as {sorted(by_group)} say")
+            by_group = {}
         for key, shared in sorted(by_group.items()):
             size = sum(self.sizes.numel(p, sg.compute_layout(p)) for p in shared) * grad_item
             after = [prog.coll(f"grad_sync.shared:all_reduce.{key}", CollectiveType.ALL_REDUCE, size,

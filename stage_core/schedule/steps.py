@@ -20,7 +20,9 @@ other's compute: lowering interleaves their ops layer by layer.
 The host checks an order before anything is lowered (:func:`order_problem`): one list
 per stage; known kinds; micro-batches and chunks in range; every (micro-batch, chunk)
 exactly one F and one B per stage, at most one W, F before B before W; a pair is one F
-and one B.
+and one B.  Under the ``"dual"`` placement (DualPipe's two copies, see :data:`PLACEMENTS`)
+a micro-batch runs one of the stage's two chunks, the copy of its direction, the same on
+every stage.
 """
 
 from __future__ import annotations
@@ -37,13 +39,15 @@ def _is_index(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def order_problem(order: Any, stages: int, micro_batches: int, virtual: int) -> str | None:
+def order_problem(order: Any, stages: int, micro_batches: int, virtual: int, placement: str = "loop") -> str | None:
     """What is wrong with a schedule's ``order`` for ``stages`` x ``micro_batches`` x
-    ``virtual``, in one line, or None when it is well formed."""
+    ``virtual`` chunks a stage (its chunk indices: under ``"dual"``, 2), in one line, or
+    None when it is well formed."""
     if isinstance(order, (str, bytes)) or not isinstance(order, Sequence):
         return f"order is a {type(order).__name__}, not one list of steps per stage"
     if len(order) != stages:
         return f"order has {len(order)} step lists for {stages} pipeline stages"
+    routes: dict[int, tuple[int, int]] = {}
     for stage, steps in enumerate(order):
         if isinstance(steps, (str, bytes)) or not isinstance(steps, Sequence):
             return f"stage {stage}: steps are a {type(steps).__name__}, not a list of (kind, micro-batch, chunk)"
@@ -76,12 +80,39 @@ def order_problem(order: Any, stages: int, micro_batches: int, virtual: int) -> 
             if kind == "W" and "B" not in done:
                 return f"stage {stage}, step {i}: W of micro-batch {mb}, chunk {chunk} comes before its B"
             done.append(kind)
+        if placement == "dual":
+            problem = _dual_problem(stage, seen, micro_batches, routes)
+            if problem is not None:
+                return problem
+            continue
         for mb in range(micro_batches):
             for chunk in range(virtual):
                 done = seen.get((mb, chunk), [])
                 for kind in ("F", "B"):
                     if kind not in done:
                         return f"stage {stage}: micro-batch {mb}, chunk {chunk} has no {kind} step"
+    return None
+
+
+def _dual_problem(stage: int, seen: dict[tuple[int, int], list[str]], micro_batches: int,
+                  routes: dict[int, tuple[int, int]]) -> str | None:
+    """Under the dual placement: each micro-batch runs one copy on the stage (its F and B),
+    and the copy it ran on the first stage that lists it (``routes``: micro-batch -> (copy,
+    stage), filled as stages are checked)."""
+    for mb in range(micro_batches):
+        ran = [chunk for chunk in (0, 1) if seen.get((mb, chunk))]
+        if len(ran) != 1:
+            return (f"stage {stage}: micro-batch {mb} runs {'both copies (chunks 0 and 1)' if ran else 'no chunk'}; "
+                    f"under placement 'dual' a micro-batch runs the copy of its direction, chunk 0 (fed from the "
+                    f"first stage) or 1 (fed from the last), on every stage")
+        chunk = ran[0]
+        for kind in ("F", "B"):
+            if kind not in seen[(mb, chunk)]:
+                return f"stage {stage}: micro-batch {mb}, chunk {chunk} has no {kind} step"
+        first = routes.setdefault(mb, (chunk, stage))
+        if first[0] != chunk:
+            return (f"stage {stage}: micro-batch {mb} runs chunk {chunk}, but chunk {first[0]} on stage {first[1]}: "
+                    f"under placement 'dual' a micro-batch keeps its direction (copy) through the pipeline")
     return None
 
 
@@ -105,8 +136,17 @@ def split_backwards(order: Sequence[Sequence[Step]]) -> list[set[tuple[int, int]
 
 
 # --------------------------------------------------------------------------- chunk placement
-#: how a schedule's chunks sit on the pipeline stages (``ScheduleSpec.placement``)
-PLACEMENTS = ("loop", "v")
+#: how a schedule's chunks sit on the pipeline stages (``ScheduleSpec.placement``):
+#: ``"loop"`` (interleaved), ``"v"`` (ZB-V, DualPipeV) and ``"dual"`` (DualPipe: the model
+#: cut into as many chunks as stages, each stage holding two copies, see :func:`chunk_of`)
+PLACEMENTS = ("loop", "v", "dual")
+
+
+def copies(placement: str) -> int:
+    """How many copies of the model the stages hold together: 2 under ``"dual"``, else 1.
+    A schedule's ``chunks`` (the chunk indices its order uses) are the plan's virtual stages
+    times this."""
+    return 2 if placement == "dual" else 1
 
 
 def chunk_of(placement: str, stage: int, local: int, stages: int) -> int:
@@ -115,14 +155,23 @@ def chunk_of(placement: str, stage: int, local: int, stages: int) -> int:
     ``"loop"`` (interleaved 1F1B): chunk ``local * stages + stage``, the layers going round the
     stages ``virtual`` times.  ``"v"`` (ZB-V, DualPipeV): the layers go down the stages and come
     back up, so stage i holds chunks i and 2·stages − 1 − i (and so on for more chunks): the
-    first and the last chunk are both on stage 0, and the turn needs no message."""
+    first and the last chunk are both on stage 0, and the turn needs no message.  ``"dual"``
+    (DualPipe, DeepSeek-V3 report §3.2.1): the model is cut into ``stages`` chunks and stage i
+    holds two copies, chunk i as its chunk 0, run by the micro-batches fed from the first stage
+    (the forward direction), and chunk stages − 1 − i as its chunk 1, run by those fed from
+    the last stage (the reverse direction): every chunk is on two stages, i and stages − 1 − i."""
+    if placement == "dual":
+        return stages - 1 - stage if local else stage
     if placement == "v" and local % 2:
         return local * stages + stages - 1 - stage
     return local * stages + stage
 
 
-def stage_of(placement: str, chunk: int, stages: int) -> int:
-    """The stage that runs ``chunk`` (the inverse of :func:`chunk_of`)."""
+def stage_of(placement: str, chunk: int, stages: int, copy: int = 0) -> int:
+    """The stage that runs ``chunk`` (the inverse of :func:`chunk_of`); under ``"dual"``, the
+    stage holding it as ``copy`` (0: the forward direction's, 1: the reverse's)."""
+    if placement == "dual":
+        return stages - 1 - chunk if copy else chunk
     local, pos = divmod(chunk, stages)
     return stages - 1 - pos if placement == "v" and local % 2 else pos
 
@@ -137,7 +186,10 @@ def simulate_order(order: Sequence, stages: int, t_f: float, t_b: float, t_w: fl
 
     Returns (the step, per stage its idle time between its first step's start and its last
     step's end): what the zero-bubble paper and the DualPipe README call the bubble."""
-    chunks = stages * max((c for steps in order for _, _, c in flat_steps(steps)), default=0) + stages
+    if placement == "dual":  # two copies of a model of ``stages`` chunks; (kind, chunk, micro-batch) runs once
+        chunks = stages
+    else:
+        chunks = stages * max((c for steps in order for _, _, c in flat_steps(steps)), default=0) + stages
     split = [{(m, c) for k, m, c in flat_steps(steps) if k == "W"} for steps in order]
     end: dict[tuple[str, int, int], float] = {}
     first: list[float | None] = [None] * stages

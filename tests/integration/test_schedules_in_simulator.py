@@ -1,6 +1,6 @@
 """The schedule plugins in the real simulator: ZB-H1, ZB-H2, ZB-V and DualPipeV against 1F1B on
 one plan timed on an H100 (every rank finishes, the same matmul FLOPs, a shorter step), DualPipeV
-on a DeepSeek-V3-shaped MoE with experts over data parallel, Llama 3's flexible interleaved
+and DualPipe on a DeepSeek-V3-shaped MoE with experts over data parallel, Llama 3's flexible interleaved
 schedule with micro-batches that are not a multiple of pp, and a third party's schedule
 installed from its own folder."""
 
@@ -97,25 +97,41 @@ def exposed_all_to_all_us(timeline: Path) -> dict[int, float]:
     return out
 
 
-def test_dualpipev_hides_expert_all_to_alls_on_a_deepseek_shaped_moe(host, tmp_path, replay_and_simulate):
+def test_dualpipev_and_dualpipe_hide_expert_all_to_alls_on_a_deepseek_shaped_moe(host, tmp_path, replay_and_simulate):
     from conftest import ASTRA_SIM
     from stage_adapter_astrasim.command import run_astrasim
 
     hw = resolve(host, "h100")
-    steps, exposed = {}, {}
-    for schedule in ("1f1b", "dualpipev"):
+    steps, exposed, pipeline, results = {}, {}, {}, {}
+    for schedule in ("1f1b", "dualpipev", "dualpipe"):
         plan = Plan(pp=4, dp=2, ep=2, micro_batches=8, seq_len=1024, schedule=schedule)
-        result = plan_job(host, "deepseek-v3", {"layers": "8", "first_dense_layers": "1"}, plan, hw)
+        result = results[schedule] = plan_job(host, "deepseek-v3", {"layers": "8", "first_dense_layers": "1"}, plan,
+                                              hw)
         target = write_trace_set(host, result, tmp_path / schedule)
         verdict, status, got = replay_and_simulate(target)
-        assert verdict.finishes and got["summary"]["finished_ranks"] == 8
+        assert verdict.finishes and status == 0 and got["summary"]["finished_ranks"] == 8
         steps[schedule] = got["summary"]["max_finish_time_ns"]
         timeline = tmp_path / f"{schedule}.json"
         assert run_astrasim(target, astra_sim=ASTRA_SIM, system="h100", timeline_file=str(timeline), out=open(
             tmp_path / "out.txt", "w"), err=open(tmp_path / "err.txt", "w")) == 0
         exposed[schedule] = sum(exposed_all_to_all_us(timeline).values())
+        pipeline[schedule] = last_micro_batch_end_us(timeline)
     assert steps["dualpipev"] < steps["1f1b"]
     assert exposed["dualpipev"] < exposed["1f1b"]  # the overlapped pairs hide the expert all-to-alls
+    # DualPipe: both directions' pairs hide them too, and its micro-batches are done sooner than 1F1B's; its step is
+    # longer here (8 micro-batches): two copies' gradients summed over the pair and two copies' optimizer updates
+    assert exposed["dualpipe"] < exposed["1f1b"] and pipeline["dualpipe"] < pipeline["1f1b"]
+    p1, p2 = ([rc["memory_bytes"]["parameters"] for rc in results[s].manifest["rank_classes"]] for s in ("1f1b",
+                                                                                                     "dualpipe"))
+    assert p2 == [p1[0] + p1[3], p1[1] + p1[2], p1[1] + p1[2], p1[0] + p1[3]]  # two copies: chunks s and 3-s
+
+
+def last_micro_batch_end_us(timeline: Path) -> float:
+    """When the last node of a micro-batch's steps ends, over the ranks shown (before the gradient sync and the
+    optimizer)."""
+    events = json.loads(timeline.read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    return max(e["ts"] + e["dur"] for e in events if e.get("ph") == "X" and e["args"].get("name", "").startswith("mb"))
 
 
 def test_a_third_partys_schedule_installed_from_its_folder_works(tmp_path):

@@ -1,5 +1,7 @@
-"""DualPipeV, the V-shaped ("cut-in-half") form of DualPipe (DeepSeek-V3 technical report,
-2024, section 3.2.1; deepseek-ai/DualPipe), as a step order.
+"""DualPipe (DeepSeek-V3 technical report, 2024, section 3.2.1; deepseek-ai/DualPipe) and its
+V-shaped ("cut-in-half") form DualPipeV, as step orders.
+
+DualPipeV:
 
 Each of the p stages holds two chunks placed as a V (stage i: chunks i and 2p - 1 - i). In
 its main phase a stage runs the forward of one micro-batch on one chunk overlapped with the
@@ -19,6 +21,15 @@ the descent, chunk 1 the ascent; n micro-batches, n >= 2p):
 8. the remaining weight gradients.
 
 Backwards in the overlapped pairs are whole (B with no W); the split ones have their W later.
+
+DualPipe: p ranks (p even), the model cut into p chunks, rank r holding chunk r for the
+micro-batches fed from the first rank (its chunk 0, the forward direction) and chunk
+p - 1 - r for those fed from the last (its chunk 1, the reverse direction): placement
+"dual". Half the n micro-batches go each way (0..n/2 - 1 forward, n/2..n - 1 reverse).
+Rank r and rank p - 1 - r run the same phases as DualPipeV's stage min(r, p - 1 - r) of a
+pipeline of p/2 stages with n/2 micro-batches, with DualPipeV's chunk 0 read as the
+direction that enters on r's side (forward for the first half of the ranks, reverse for
+the second), as the reference's ``phase ^ is_in_second_half`` does.
 """
 
 from __future__ import annotations
@@ -34,6 +45,28 @@ def dualpipe_v(stages: int, micro_batches: int, virtual: int = 2) -> list:
         raise UsageError(f"--micro-batches {n}: DualPipeV needs at least 2 x pp = {2 * p} micro-batches (its "
                          f"warm-up fills both chunks of every stage)")
     return [_stage(r, p, n) for r in range(p)]
+
+
+def dualpipe(stages: int, micro_batches: int, chunks: int = 2) -> list:
+    p, n = stages, micro_batches
+    if p % 2:
+        raise UsageError(f"--pp {p}: DualPipe needs an even pp (rank i and rank pp - 1 - i hold the same two chunks, "
+                         f"so no rank may be its own mirror); give --pp {p + 1}, or --schedule dualpipev")
+    if n % 2 or n < 2 * p:
+        raise UsageError(f"--micro-batches {n}: DualPipe needs an even count of at least 2 x pp = {2 * p} (half fed "
+                         f"from each end, each half filling the pipeline); give --micro-batches "
+                         f"{max(2 * p, n + n % 2)}")
+    half, half_n = p // 2, n // 2
+    out = []
+    for r in range(p):
+        second = r >= half  # its own side's direction is the reverse one: DualPipeV's chunks swap
+        steps = []
+        for step in _stage(min(r, p - 1 - r), half, half_n):
+            parts = [(kind, mb + half_n * (chunk ^ second), chunk ^ second)
+                     for kind, mb, chunk in (step if isinstance(step[0], tuple) else (step,))]
+            steps.append(tuple(parts) if len(parts) == 2 else parts[0])
+        out.append(steps)
+    return out
 
 
 def _stage(r: int, p: int, n: int) -> list:
