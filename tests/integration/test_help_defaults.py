@@ -24,7 +24,7 @@ _DEFAULT = re.compile(r"(?:\(|; |, )default:? (?P<text>[^;)]*)")
 #: a default given after a condition: "the --plan's GPU, else h100"
 _ELSE = re.compile(r"\belse (?P<value>[^\s,;)]+)")
 #: words that start a default which is not a value (what the flag falls back to)
-_NOT_A_VALUE = {"the", "every", "one", "an", "a", "max(10,", "untimed", "$astra_sim_bin,", "for", "from"}
+_NOT_A_VALUE = {"the", "every", "one", "an", "a", "its", "max(10,", "untimed", "$astra_sim_bin,", "for", "from"}
 
 
 def documented_default(help_text: str) -> str | None:
