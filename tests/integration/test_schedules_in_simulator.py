@@ -150,3 +150,18 @@ def test_a_third_partys_schedule_installed_from_its_folder_works(tmp_path):
     names = subprocess.run([*cli, "report", "--model", "gpt-tiny", "--pp", "2", "--micro-batches", "4",
                             "--schedule", "lagged-1f1b", "--json"], capture_output=True, text=True)
     assert names.returncode == 0 and json.loads(names.stdout)["plan"]["schedule"] == "lagged-1f1b"
+
+
+@pytest.mark.parametrize("schedule", ["zb-h1", "zb-v"])
+@pytest.mark.parametrize("recompute", ["selective", "full"])
+def test_recompute_and_tied_embeddings_keep_working_with_the_split(host, tmp_path, schedule, recompute):
+    # gpt-tiny ties its embedding to its head (one tensor read on the first and the last
+    # stage); with recompute (stage-parallel's) each B and W finds the forward it needs: 1F1B's
+    # matmul FLOPs and pipeline bytes per rank with the same recompute, and every rank finishes
+    # in the replay and in the real simulator where one is installed
+    from stage_core.testing import assert_schedule_like_1f1b
+
+    plans = [Plan(pp=2, micro_batches=4, recompute=recompute), Plan(pp=4, micro_batches=8, recompute=recompute)]
+    rows = assert_schedule_like_1f1b(host, schedule, tmp_path, model="gpt-tiny", plans=plans,
+                                     overrides={"layers": "8"})
+    assert [r["replay"] for r in rows] == ["finishes", "finishes"]

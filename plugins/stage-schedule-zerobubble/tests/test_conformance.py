@@ -14,3 +14,4 @@ def test_structure_flops_and_the_replay(name, tmp_path):
     assert assert_schedule_structure(HOST, name) >= 2
     rows = assert_schedule_like_1f1b(HOST, name, tmp_path)
     assert [r["replay"] for r in rows] == ["finishes"] * len(rows)
+
