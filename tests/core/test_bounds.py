@@ -11,22 +11,11 @@ from stage_core.bounds import INT64_MAX, MAX_WORLD, sample_count
 from stage_core.cli import main
 from stage_core.ir import builder
 from stage_core.models import training_flops
-from stage_core.parallel import R
 from stage_core.parallel.plan import Plan
-from stage_core.records import ModelSpec, StrategySpec
+from stage_core.records import ModelSpec
 from stage_core.testing import ToyConfig, build_toy, fresh_host, jsonl_plugin, toy_plugin
 
-
-def _dp(sg, mesh, plan):
-    sg.shard_inputs("dp", "b")
-    sg.grad_target["dp"] = R
-    return sg
-
-
-class DP:
-    @hookimpl
-    def stage_strategies(self):
-        return [StrategySpec("dp", "dp", lambda g, p: [], _dp)]
+from conftest import DP
 
 
 @pytest.fixture

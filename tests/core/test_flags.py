@@ -3,26 +3,14 @@ feed both --help and Plan.check_basic, and the messages name a value that would 
 
 import pytest
 
-from stage_core import hookimpl
+
 from stage_core.cli import build_parser, main
 from stage_core.errors import UsageError
 from stage_core.ir.tensor import DTYPE_BYTES
-from stage_core.parallel import R
 from stage_core.parallel.plan import CHOICES, COUNTS, Plan, divisors, flag
-from stage_core.records import StrategySpec
 from stage_core.testing import fresh_host, jsonl_plugin, toy_plugin
 
-
-def _dp(sg, mesh, plan):
-    sg.shard_inputs("dp", "b")
-    sg.grad_target["dp"] = R
-    return sg
-
-
-class DP:
-    @hookimpl
-    def stage_strategies(self):
-        return [StrategySpec("dp", "dp", lambda g, p: [], _dp)]
+from conftest import DP
 
 
 @pytest.fixture

@@ -21,13 +21,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stage_core import hookimpl
+
 from stage_core.cli import main
-from stage_core.parallel import R
 from stage_core.errors import StageError
 from stage_core.output import stage_mark, write_output
-from stage_core.records import StrategySpec
 from stage_core.testing import fresh_host, jsonl_plugin, reference_strategies, toy_plugin
+
+from conftest import DP
 
 COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
               database=None)
@@ -35,18 +35,6 @@ settings.register_profile("ci", max_examples=60, derandomize=True, **COMMON)
 settings.register_profile("long", max_examples=600, **COMMON)
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
 STATS: Counter = Counter()
-
-
-def _dp(sg, mesh, plan):
-    sg.shard_inputs("dp", "b")
-    sg.grad_target["dp"] = R
-    return sg
-
-
-class DP:
-    @hookimpl
-    def stage_strategies(self):
-        return [StrategySpec("dp", "dp", lambda g, p: [], _dp)]
 
 
 HOST = fresh_host((toy_plugin, "toy"), (jsonl_plugin, "jsonl"), (DP(), "dp"))

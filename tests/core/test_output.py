@@ -14,21 +14,10 @@ import pytest
 
 from stage_core import hookimpl
 from stage_core.cli import main
-from stage_core.parallel import R
-from stage_core.records import BackendSpec, StrategySpec
+from stage_core.records import BackendSpec
 from stage_core.testing import fresh_host, jsonl_plugin, read_jsonl, toy_plugin, write_jsonl
 
-
-def _dp(sg, mesh, plan):
-    sg.shard_inputs("dp", "b")
-    sg.grad_target["dp"] = R
-    return sg
-
-
-class DP:
-    @hookimpl
-    def stage_strategies(self):
-        return [StrategySpec("dp", "dp", lambda g, p: [], _dp)]
+from conftest import DP
 
 
 def host_with(write=write_jsonl):

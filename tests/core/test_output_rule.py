@@ -20,10 +20,9 @@ from stage_core.cli import main
 from stage_core.errors import OutputError, UsageError
 from stage_core.inputs import read_json
 from stage_core.output import recognized, remove_stale, stage_mark, write_output
-from stage_core.parallel import R
-from stage_core.records import StrategySpec
 from stage_core.testing import fresh_host, jsonl_plugin, toy_plugin
-from stage_core import hookimpl
+
+from conftest import DP
 
 
 def snapshot(folder):
@@ -268,18 +267,6 @@ def _alive(pid: int) -> bool:
             return handle.read().rpartition(")")[2].split()[0] != "Z"
     except FileNotFoundError:
         return False
-
-
-def _dp(sg, mesh, plan):
-    sg.shard_inputs("dp", "b")
-    sg.grad_target["dp"] = R
-    return sg
-
-
-class DP:
-    @hookimpl
-    def stage_strategies(self):
-        return [StrategySpec("dp", "dp", lambda g, p: [], _dp)]
 
 
 _SLOW_WRITER = """

@@ -11,28 +11,17 @@ import pytest
 from stage_core import hardware, hookimpl
 from stage_core.cli import main
 from stage_core.output import FOLDER_MARK, stage_mark, write_output, write_output_folder
-from stage_core.parallel import R
-from stage_core.records import ComputeModelSpec, GpuSpec, HardwareSpec, LinkSpec, ModelSpec, PlanSpec, StrategySpec
+from stage_core.records import ComputeModelSpec, GpuSpec, HardwareSpec, LinkSpec, ModelSpec, PlanSpec
 from stage_core.reporting import binary_unit, plural, ranks_range, si_unit, table
 from stage_core.testing import ToyConfig, build_toy, fresh_host, jsonl_plugin, toy_plugin
+
+from conftest import DP
 
 H, F, V, LAYERS = 64, 256, 128, 2
 #: per layer: ln1 2h, qkv 3h*h + 3h, out h*h + h, ln2 2h, fc1 h*f + f, fc2 f*h + h; then the
 #: embedding V*h (tied with the head) and the final norm 2h
 PARAMS = LAYERS * (2 * H + 3 * H * H + 3 * H + H * H + H + 2 * H + H * F + F + F * H + H) + V * H + 2 * H
 GRAD_BYTES = 2 * PARAMS  # bf16 gradients (--grad-dtype's default)
-
-
-def _dp(sg, mesh, plan):
-    sg.shard_inputs("dp", "b")
-    sg.grad_target["dp"] = R
-    return sg
-
-
-class DP:
-    @hookimpl
-    def stage_strategies(self):
-        return [StrategySpec("dp", "dp", lambda g, p: [], _dp)]
 
 
 class Plans:

@@ -10,29 +10,19 @@ import sys
 
 import pytest
 
-from stage_core import hookimpl
+
 from stage_core.cli import main
 from stage_core.hardware import roofline_ns
-from stage_core.parallel import R
-from stage_core.records import StrategySpec
+
+
 from stage_core.testing import fresh_host, jsonl_plugin, toy_plugin
 from stage_core.trace import NodeType, TraceNode, TraceSet
 from stage_core.validate import examine
 
+from conftest import DP
+
 #: an H100's roofline as ASTRA-sim's system.json gives it (TFLOPS bf16 dense, HBM GB/s)
 H100 = (989.4, 3350.0)
-
-
-def _dp(sg, mesh, plan):
-    sg.shard_inputs("dp", "b")
-    sg.grad_target["dp"] = R
-    return sg
-
-
-class DP:
-    @hookimpl
-    def stage_strategies(self):
-        return [StrategySpec("dp", "dp", lambda g, p: [], _dp)]
 
 
 @pytest.fixture
