@@ -7,14 +7,14 @@ empty-ish files), to tell STAGE's part from the filesystem's.  Prints seconds pe
 
     python benchmarks/bench_write_after_delete.py [--ranks 4096] [--copies 6] [--dir /tmp]
 
-What a probe of bare creation showed on this machine's ext4 (2026-12-03, 4,096 files of
-3,000 B, after deleting 6 copies of a 4,096-rank set): 0.17 s before, 4.3-4.4 s right after
-the delete whether the new folder sat beside the deleted ones or elsewhere on the
-filesystem, 0.17 s again 5 s later.  A profile of ``stage generate`` right after a delete:
-5.3 of its 6.2 s in the 4,096 ``os.open`` calls that create the files.  So the cost is the
-filesystem's, per inode created, for some seconds after a delete (other jobs creating and
-deleting files, a tox run for one, prolong it: run this on a quiet machine); a writer that
-creates fewer inodes is the way around it (docs/design.md, "What comes next").
+What probes of bare creation showed on this machine's ext4 (2026-12-03, 4,096 files of
+3,000 B, 6 copies of a 4,096-rank set deleted): on a quiet machine, 1.2-1.6 s in a folder
+beside the deleted files for at least 60 s after the delete, 0.09-0.12 s in a folder
+elsewhere on the filesystem at the same moments; under load both were slow (4.3-4.4 s).
+The cost follows where inodes were freed, not the time since.  A profile of ``stage
+generate`` in such a folder: 5.3 of its 6.2 s in the 4,096 ``os.open`` calls.  Run it on a
+quiet machine, with --dir on the filesystem to measure; its figures vary with what that
+filesystem saw before (docs/design.md, "What comes next").
 """
 
 from __future__ import annotations
