@@ -18,7 +18,7 @@ import dataclasses
 import importlib
 import os
 from importlib import metadata
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import pluggy
 
@@ -266,46 +266,36 @@ class PluginHost:
                 return spec
         raise UsageError(f"no plugin provides model family {family!r}{self.broken_hint()}")
 
+    def _named(self, records: Sequence[Any], name: str, flag: str, what: str, none: str, see: str = ""):
+        """The record called ``name``, else a UsageError naming the flag and the known names."""
+        for r in records:
+            if r.name == name:
+                return r
+        known = ", ".join(r.name for r in records) or none
+        raise UsageError(f"{flag} {name}: unknown {what}; known: {known}{see}{self.broken_hint()}")
+
     def backend(self, name: str) -> BackendSpec:
-        backends = self.backends()
-        for b in backends:
-            if b.name == name:
-                return b
-        known = ", ".join(b.name for b in backends) or "none installed"
-        raise UsageError(f"--format {name}: unknown trace format; known: {known}{self.broken_hint()}")
+        return self._named(self.backends(), name, "--format", "trace format", "none installed")
 
     def executor(self, name: str, given: Mapping[str, Any] | None = None) -> ExecutorSpec:
         """The executor ``name``; ``given`` ({option: value}, None values left out) are the
         options the user set: one the executor declares it does not read is refused (an
         option that cannot do its job)."""
-        executors = self.executors()
-        for e in executors:
-            if e.name == name:
-                unread = [k for k, v in (given or {}).items() if v is not None and e.options is not None
-                          and k not in e.options]
-                if unread:
-                    reads = ", ".join(f"--{o}" for o in e.options) or "none"
-                    raise UsageError(f"--{unread[0]} {given[unread[0]]}: the {name} executor does not read it "
-                                     f"(it reads: {reads}); leave it out, or choose another --executor")
-                return e
-        known = ", ".join(e.name for e in executors) or "none installed (install stage-search)"
-        raise UsageError(f"--executor {name}: unknown executor; known: {known}{self.broken_hint()}")
+        e = self._named(self.executors(), name, "--executor", "executor", "none installed (install stage-search)")
+        unread = [k for k, v in (given or {}).items() if v is not None and e.options is not None
+                  and k not in e.options]
+        if unread:
+            reads = ", ".join(f"--{o}" for o in e.options) or "none"
+            raise UsageError(f"--{unread[0]} {given[unread[0]]}: the {name} executor does not read it "
+                             f"(it reads: {reads}); leave it out, or choose another --executor")
+        return e
 
     def plan(self, name: str) -> PlanSpec:
-        plans = self.plans()
-        for p in plans:
-            if p.name == name:
-                return p
-        known = ", ".join(p.name for p in plans) or "none installed (install stage-parallel)"
-        raise UsageError(f"--plan {name}: unknown plan; known: {known} (see stage plans){self.broken_hint()}")
+        return self._named(self.plans(), name, "--plan", "plan", "none installed (install stage-parallel)",
+                           " (see stage plans)")
 
     def hardware_preset(self, name: str, flag: str = "--gpu") -> HardwareSpec:
-        presets = self.hardware()
-        for h in presets:
-            if h.name == name:
-                return h
-        known = ", ".join(h.name for h in presets) or "none installed (install stage-hardware)"
-        raise UsageError(f"{flag} {name}: unknown hardware preset; known: {known}{self.broken_hint()}")
+        return self._named(self.hardware(), name, flag, "hardware preset", "none installed (install stage-hardware)")
 
     def compute_model(self, name: str, gpu: str = "") -> ComputeModelSpec:
         models = self.compute_models()
@@ -318,20 +308,11 @@ class PluginHost:
                          f"known: {known}{self.broken_hint()}")
 
     def simulator(self, name: str, flag: str = "--simulator") -> SimulatorSpec:
-        simulators = self.simulators()
-        for s in simulators:
-            if s.name == name:
-                return s
-        known = ", ".join(s.name for s in simulators) or "none installed (install stage-adapter-astrasim)"
-        raise UsageError(f"{flag} {name}: unknown simulator; known: {known}{self.broken_hint()}")
+        return self._named(self.simulators(), name, flag, "simulator",
+                           "none installed (install stage-adapter-astrasim)")
 
     def estimator(self, name: str, flag: str = "--estimator") -> EstimatorSpec:
-        estimators = self.estimators()
-        for e in estimators:
-            if e.name == name:
-                return e
-        known = ", ".join(e.name for e in estimators) or "none installed (install stage-search)"
-        raise UsageError(f"{flag} {name}: unknown estimator; known: {known}{self.broken_hint()}")
+        return self._named(self.estimators(), name, flag, "estimator", "none installed (install stage-search)")
 
     def hf_model_types(self) -> list[str]:
         return sorted({t for s in self.models() for t in s.hf_model_types})
