@@ -91,23 +91,12 @@ def test_a_plan_with_a_bad_setting_names_the_plan_and_its_plugin(capsys):
 def test_report_shows_each_rank_class_memory_beside_the_gpu(capsys):
     from dataclasses import replace
 
-    from stage_core.records import ComputeModelSpec, GpuSpec, HardwareSpec, LinkSpec
+    from conftest import tiny_gpu
 
-    gpu = GpuSpec(name="tiny", description="a 1 MiB GPU", matmul_tflops={"bf16": 1.0}, vector_tflops=1.0,
-                  hbm_gbps=1.0, sm_count=1, compute_model="flat", memory_gib=2**-10)
-    hw = HardwareSpec(name="tiny", description="", gpu=gpu, gpus_per_node=8,
-                      scale_up=LinkSpec("a", 1.0, 1.0, 1.0), scale_out=LinkSpec("b", 1.0, 1.0, 1.0))
+    hardware = tiny_gpu(2**-10)  # a 1 MiB GPU
+    hw, gpu = hardware.hw, hardware.hw.gpu
 
-    class Hardware:
-        @hookimpl
-        def stage_hardware(self):
-            return [hw]
-
-        @hookimpl
-        def stage_compute_models(self):
-            return [ComputeModelSpec(name="flat", time=lambda k, g: 1e-6)]
-
-    host = fresh_host((toy_plugin, "toy"), (jsonl_plugin, "jsonl"), (Plans(), "plans"), (Hardware(), "hw"))
+    host = fresh_host((toy_plugin, "toy"), (jsonl_plugin, "jsonl"), (Plans(), "plans"), (hardware, "hw"))
     m = report(host, capsys, "--plan", "toy-dp4", "--gpu", "tiny")
     used = m["rank_classes"][0]["memory_bytes"]["total"] / 2**30
     fit = m["memory_fit"]  # the JSON says it too
@@ -136,6 +125,6 @@ def test_report_shows_each_rank_class_memory_beside_the_gpu(capsys):
         def stage_plans(self):
             return [PlanSpec("toy-on-big", {"model": "toy", "dp": 2, "gpu": "big"})]
 
-    host = fresh_host((toy_plugin, "toy"), (Plans(), "plans"), (Hardware(), "hw"), (Named(), "named"))
+    host = fresh_host((toy_plugin, "toy"), (Plans(), "plans"), (hardware, "hw"), (Named(), "named"))
     assert report(host, capsys, "--plan", "toy-on-big")["hardware"]["name"] == "big"
     assert report(host, capsys, "--plan", "toy-on-big", "--gpu", "tiny")["hardware"]["name"] == "tiny"

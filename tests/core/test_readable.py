@@ -11,11 +11,11 @@ import pytest
 from stage_core import hardware, hookimpl
 from stage_core.cli import main
 from stage_core.output import FOLDER_MARK, stage_mark, write_output, write_output_folder
-from stage_core.records import ComputeModelSpec, GpuSpec, HardwareSpec, LinkSpec, ModelSpec, PlanSpec
+from stage_core.records import ModelSpec, PlanSpec
 from stage_core.reporting import binary_unit, plural, ranks_range, si_unit, table
 from stage_core.testing import ToyConfig, build_toy, fresh_host, jsonl_plugin, toy_plugin
 
-from conftest import DP
+from conftest import DP, tiny_gpu
 
 H, F, V, LAYERS = 64, 256, 128, 2
 #: per layer: ln1 2h, qkv 3h*h + 3h, out h*h + h, ln2 2h, fc1 h*f + f, fc2 f*h + h; then the
@@ -28,24 +28,6 @@ class Plans:
     @hookimpl
     def stage_plans(self):
         return [PlanSpec("toy-dp4", {"model": "toy", "dp": 4, "global-batch": 16, "seq-len": 16})]
-
-
-def tiny_gpu(gib: float):
-    gpu = GpuSpec(name="tiny", description="a small GPU", matmul_tflops={"bf16": 1.0}, vector_tflops=1.0,
-                  hbm_gbps=1.0, sm_count=1, compute_model="flat", memory_gib=gib)
-    hw = HardwareSpec(name="tiny", description="", gpu=gpu, gpus_per_node=8,
-                      scale_up=LinkSpec("a", 1.0, 1.0, 1.0), scale_out=LinkSpec("b", 1.0, 1.0, 1.0))
-
-    class Hardware:
-        @hookimpl
-        def stage_hardware(self):
-            return [hw]
-
-        @hookimpl
-        def stage_compute_models(self):
-            return [ComputeModelSpec(name="flat", time=lambda k, g: 1e-6)]
-
-    return Hardware()
 
 
 @pytest.fixture
