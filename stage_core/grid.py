@@ -33,6 +33,7 @@ from typing import Any, Iterable, Mapping
 
 from .errors import UsageError
 from .inputs import read_text
+from .planning import settings_flags
 
 #: settings that describe the machine rather than the plan
 HARDWARE_KEYS = ("system",)
@@ -47,17 +48,7 @@ class Point:
     settings: tuple[tuple[str, Any], ...]  # (key, value) in the spec's key order
 
     def flags(self) -> list[str]:
-        out: list[str] = []
-        for key, value in self.settings:
-            if key in HARDWARE_KEYS:
-                continue
-            if value is True:
-                out.append(f"--{key}")
-            elif value is False:
-                out.append(f"--no-{key}")
-            else:
-                out += [f"--{key}", str(value)]
-        return out
+        return settings_flags({k: v for k, v in self.settings if k not in HARDWARE_KEYS})
 
     def hardware(self) -> dict[str, Any]:
         return {k: v for k, v in self.settings if k in HARDWARE_KEYS}
