@@ -43,8 +43,6 @@ SHAPES = {"llama": ("llama3-8b", {"seq_len": "4096", "vocab_size": "32000"}),
           "gpt": ("megatron-1.7b", {})}
 #: layers of each shape's model (32 and 24), for --head-balanced
 LAYERS = {"llama3-8b": 32, "megatron-1.7b": 24}
-#: the schedules placing two chunks a stage in a V (the first and last chunk both on stage 0)
-V_SHAPED = ("zb-v", "dualpipev")
 SCHEDULES = ("1f1b", "zb-h1", "zb-h2", "zb-v", "dualpipev", "dualpipe")
 #: the DeepSeek comparison: the model, its overrides, the schedules
 DEEPSEEK = ("deepseek-v3", {"layers": "8", "first_dense_layers": "1"}, ("1f1b", "dualpipev", "dualpipe"))
@@ -159,7 +157,7 @@ def run(args) -> int:
                 if args.auto:  # stages balanced by compute, the embedding and the head one layer each
                     settings["stage-layers"] = "auto"
                 elif args.head_balanced:  # the last stage one layer fewer (it holds the head), the first one more
-                    if schedule in V_SHAPED:
+                    if next(s for s in host.schedules() if s.name == schedule).placement == "v":  # (chunks 0, 2p-1 on stage 0)
                         rows.append((schedule, None, "not applicable: a V puts the embedding and the head both on "
                                                      "stage 0, so no stage carries the head alone"))
                         continue
